@@ -1,0 +1,272 @@
+"""What runs on a worker: fit and score candidates over the CV splits.
+
+Nothing here imports Dask at module level; the runner ships these functions to workers
+with the dataset and the context as (scattered) futures, never in a closure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.utils.metaestimators import _safe_split
+
+from .exceptions import TrialTimeoutError
+
+__all__ = [
+    "EvalContext",
+    "SearchData",
+    "TrialOutcome",
+    "TrialSpec",
+    "run_trials",
+]
+
+COMPLETE = "complete"
+FAILED = "failed"
+TIMEOUT = "timeout"
+
+
+@dataclass
+class SearchData:
+    """The dataset of one search; scattered to the cluster once."""
+
+    X: Any
+    y: Any
+    fit_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvalContext:
+    """Everything a trial needs besides the data and its own parameters; scattered once."""
+
+    estimator: Any
+    scorer: Callable[..., Any]
+    multimetric: bool
+    splits: list[tuple[np.ndarray, np.ndarray]]
+    error_score: Any = np.nan
+    return_train_score: bool = False
+    seed_globals: bool = True
+    trial_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    number: int
+    params: dict[str, Any]
+    seed: int
+
+
+@dataclass
+class TrialOutcome:
+    """The result of one trial, as recorded by the driver."""
+
+    number: int
+    params: dict[str, Any]
+    seed: int
+    state: str
+    test_scores: list[dict[str, float]]
+    train_scores: list[dict[str, float]] | None
+    fit_times: list[float]
+    score_times: list[float]
+    started: float
+    finished: float
+    worker: str
+    error: str | None = None
+    retries: int = 0
+
+    @property
+    def duration(self) -> float:
+        return self.finished - self.started
+
+
+def _index_fit_params(
+    fit_params: Mapping[str, Any], n_samples: int, indices: np.ndarray
+) -> dict[str, Any]:
+    """Slice per-sample fit parameters (sample_weight, ...) to the training rows."""
+    from sklearn.utils import _safe_indexing
+
+    out = {}
+    for key, value in fit_params.items():
+        length = None
+        if hasattr(value, "shape") and len(getattr(value, "shape", ())) > 0:
+            length = value.shape[0]
+        elif isinstance(value, (list, tuple)):
+            length = len(value)
+        out[key] = _safe_indexing(value, indices) if length == n_samples else value
+    return out
+
+
+def _num_samples(X: Any) -> int:
+    if hasattr(X, "shape") and len(X.shape) > 0:
+        return int(X.shape[0])
+    return len(X)
+
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = [ctypes.c_ulong, ctypes.py_object]
+
+
+@contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise TrialTimeoutError in this thread once ``seconds`` have passed.
+
+    The exception is delivered between Python bytecodes, so a long C call finishes its
+    current step first; the runner's hard deadline (restarting the worker) covers that.
+    """
+    if seconds is None:
+        yield
+        return
+    ident = threading.get_ident()
+    lock = threading.Lock()
+    state = {"done": False}
+
+    def fire() -> None:
+        with lock:
+            if not state["done"]:
+                _set_async_exc(ident, ctypes.py_object(TrialTimeoutError))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["done"] = True
+            # Clear an exception that fired but was not yet delivered.
+            _set_async_exc(ident, ctypes.py_object())
+
+
+def _score(
+    scorer: Callable[..., Any], estimator: Any, X: Any, y: Any, multimetric: bool
+) -> dict[str, float]:
+    result = scorer(estimator, X) if y is None else scorer(estimator, X, y)
+    if multimetric:
+        return {k: float(v) for k, v in result.items()}
+    return {"score": float(result)}
+
+
+def _error_scores(context: EvalContext, names: list[str]) -> dict[str, float]:
+    return {name: float(context.error_score) for name in names}
+
+
+def run_trial(data: SearchData, context: EvalContext, spec: TrialSpec, worker: str) -> TrialOutcome:
+    """Fit and score one candidate on every split."""
+    if context.seed_globals:
+        # Estimators with random_state=None draw from these; seeding them per trial makes
+        # results independent of which worker (and which earlier trials) ran before.
+        np.random.seed(spec.seed % (2**32))
+        random.seed(spec.seed)
+    started = time.time()
+    X, y = data.X, data.y
+    n_samples = _num_samples(X)
+    test_scores: list[dict[str, float]] = []
+    train_scores: list[dict[str, float]] | None = [] if context.return_train_score else None
+    fit_times: list[float] = []
+    score_times: list[float] = []
+    error: str | None = None
+    state = COMPLETE
+    names: list[str] = []
+    try:
+        with _deadline(context.trial_timeout):
+            for train, test in context.splits:
+                estimator = clone(context.estimator)
+                estimator.set_params(**clone(spec.params, safe=False))
+                X_train, y_train = _safe_split(estimator, X, y, train)
+                X_test, y_test = _safe_split(estimator, X, y, test, train)
+                fit_params = _index_fit_params(data.fit_params, n_samples, train)
+                t0 = time.perf_counter()
+                try:
+                    estimator.fit(X_train, y_train, **fit_params)
+                except TrialTimeoutError:
+                    raise
+                except Exception:
+                    if context.error_score == "raise":
+                        raise
+                    fit_times.append(time.perf_counter() - t0)
+                    score_times.append(0.0)
+                    state = FAILED
+                    error = error or traceback.format_exc()
+                    test_scores.append({})
+                    if train_scores is not None:
+                        train_scores.append({})
+                    continue
+                fit_times.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                try:
+                    scores = _score(context.scorer, estimator, X_test, y_test, context.multimetric)
+                    names = names or list(scores)
+                    if train_scores is not None:
+                        train_scores.append(
+                            _score(context.scorer, estimator, X_train, y_train, context.multimetric)
+                        )
+                except TrialTimeoutError:
+                    raise
+                except Exception:
+                    if context.error_score == "raise":
+                        raise
+                    state = FAILED
+                    error = error or traceback.format_exc()
+                    scores = {}
+                    if train_scores is not None and len(train_scores) < len(test_scores) + 1:
+                        train_scores.append({})
+                score_times.append(time.perf_counter() - t1)
+                test_scores.append(scores)
+    except TrialTimeoutError:
+        state = TIMEOUT
+        error = (
+            f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
+            f"{context.trial_timeout}s and was stopped"
+        )
+        n = len(context.splits)
+        test_scores = [{} for _ in range(n)]
+        train_scores = [{} for _ in range(n)] if context.return_train_score else None
+        fit_times = (fit_times + [0.0] * n)[:n]
+        score_times = (score_times + [0.0] * n)[:n]
+    finished = time.time()
+    return TrialOutcome(
+        number=spec.number,
+        params=spec.params,
+        seed=spec.seed,
+        state=state,
+        test_scores=test_scores,
+        train_scores=train_scores,
+        fit_times=fit_times,
+        score_times=score_times,
+        started=started,
+        finished=finished,
+        worker=worker,
+        error=error,
+    )
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "local"
+
+
+def run_trials(
+    data: SearchData, context: EvalContext, specs: list[TrialSpec]
+) -> list[TrialOutcome]:
+    """Run a batch of trials in order; the unit of work the runner submits."""
+    worker = _worker_name()
+    with warnings.catch_warnings():
+        # Estimator warnings (convergence, ...) would flood worker logs; sklearn's
+        # search does not surface them either.
+        warnings.simplefilter("ignore")
+        return [run_trial(data, context, spec, worker) for spec in specs]

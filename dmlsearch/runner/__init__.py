@@ -1,0 +1,8 @@
+"""Runners: the only code that talks to Dask."""
+
+from __future__ import annotations
+
+from ._batching import AdaptiveBatcher
+from .dask import DaskRunner, embedded_cluster, resolve_client, trial_seed
+
+__all__ = ["AdaptiveBatcher", "DaskRunner", "embedded_cluster", "resolve_client", "trial_seed"]

@@ -1,0 +1,380 @@
+"""The one layer that talks to Dask: the futures loop of a search.
+
+Design rules (see docs/design.md):
+
+* the dataset and the evaluation context are scattered **once** per search; tasks take
+  their futures as arguments, never a closure over the data;
+* a bounded number of tasks is in flight and the next one is submitted as soon as one
+  ends (no waves); short trials are packed into one task by :class:`AdaptiveBatcher`;
+* results are recorded idempotently by trial number, so a task that Dask reruns after a
+  worker loss never yields a duplicate; futures are released once recorded;
+* a trial lost with its worker is resubmitted up to ``max_retries`` times.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+import numpy as np
+from distributed import Client, Future, LocalCluster, wait
+from distributed.client import FutureCancelledError
+from distributed.comm.core import CommClosedError
+
+from .._evaluate import (
+    FAILED,
+    TIMEOUT,
+    EvalContext,
+    SearchData,
+    TrialOutcome,
+    TrialSpec,
+    run_trials,
+)
+from ..exceptions import InvalidParameterError
+from ..progress import NullProgress
+from ..strategies import Strategy
+from ._batching import AdaptiveBatcher
+
+__all__ = ["DaskRunner", "embedded_cluster", "resolve_client", "trial_seed"]
+
+logger = logging.getLogger("dmlsearch")
+
+from distributed.scheduler import KilledWorker
+
+_LOST = (KilledWorker, CommClosedError, FutureCancelledError, OSError)
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The seed handed to trial ``number``: a pure function of the search seed."""
+    return int(np.random.SeedSequence(seed, spawn_key=(number, 1)).generate_state(1)[0])
+
+
+@contextmanager
+def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
+    """A LocalCluster of single-thread worker processes on 127.0.0.1, closed on exit.
+
+    The worker profiler is turned off: it samples every thread every 10 ms and costs
+    about a third of the throughput of tiny trials (docs/benchmarks.md).
+    """
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        )
+    client = Client(cluster, set_as_default=False)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+@contextmanager
+def resolve_client(client: Any) -> Iterator[Client]:
+    """The client a search runs on, resolved once at the edge.
+
+    ``client`` may be a :class:`distributed.Client`, a scheduler address, or ``None``: then
+    the current default client is used if there is one, else an embedded LocalCluster is
+    started and closed afterwards.
+    """
+    if isinstance(client, Client):
+        yield client
+        return
+    if isinstance(client, str):
+        try:
+            c = Client(client, set_as_default=False, timeout="10s")
+        except OSError as exc:
+            raise InvalidParameterError(
+                "client", f"cannot reach a Dask scheduler at {client!r}: {exc}"
+            ) from exc
+        try:
+            yield c
+        finally:
+            c.close()
+        return
+    if client is not None:
+        raise InvalidParameterError(
+            "client",
+            f"expected a distributed.Client, a scheduler address or None, got {type(client).__name__}",
+        )
+    try:
+        from distributed import default_client
+
+        found = default_client()
+    except ValueError:
+        found = None
+    if found is not None and found.status == "running":
+        yield found
+        return
+    with embedded_cluster() as c:
+        yield c
+
+
+@dataclass
+class _Task:
+    specs: list[TrialSpec]
+    submitted: float
+    deadline: float | None = None
+
+
+@dataclass
+class RunStats:
+    """Counters of one run, for progress and tests."""
+
+    submitted_tasks: int = 0
+    resubmitted_trials: int = 0
+    rescattered: int = 0
+    hard_timeouts: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+class DaskRunner:
+    """Runs a strategy's trials on a Dask cluster, asynchronously.
+
+    ``on_outcome`` is called on the driver for each trial as it ends (exactly once per
+    trial number). It returns the objective told to the strategy (or ``None``).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        max_concurrent_trials: int | None = None,
+        trial_timeout: float | None = None,
+        max_retries: int = 2,
+        target_task_seconds: float = 0.25,
+        poll_interval: float = 0.2,
+        progress: NullProgress | None = None,
+        name: str = "search",
+    ) -> None:
+        self.client = client
+        self.max_concurrent_trials = max_concurrent_trials
+        self.trial_timeout = trial_timeout
+        self.max_retries = max_retries
+        self.batcher = AdaptiveBatcher(target_task_seconds)
+        self.poll_interval = poll_interval
+        self.progress = progress or NullProgress()
+        self.name = name
+        self.stats = RunStats()
+
+    # -- cluster helpers -------------------------------------------------------
+    def _n_slots(self) -> int:
+        try:
+            return max(1, sum(self.client.nthreads().values()))
+        except Exception:
+            return 1
+
+    def _scatter(self, obj: Any) -> Future:
+        # hash=False: tokenizing a large array costs a full pass over it.
+        futures = self.client.scatter([obj], hash=False)
+        return futures[0]
+
+    # -- the loop ---------------------------------------------------------------
+    def run(
+        self,
+        strategy: Strategy,
+        data: SearchData,
+        context: EvalContext,
+        seed: int,
+        on_outcome: Callable[[TrialOutcome], float | None],
+    ) -> None:
+        client = self.client
+        run_id = uuid.uuid4().hex[:8]
+        data_f = self._scatter(data)
+        ctx_f = self._scatter(context)
+        inflight: dict[Future, _Task] = {}
+        retry_queue: deque[TrialSpec] = deque()
+        retries: dict[int, int] = {}
+        recorded: set[int] = set()
+        next_number = 0
+        exhausted = False
+        total = strategy.total
+        n_slots = self._n_slots()
+        slots_checked = time.monotonic()
+        timeout = self.trial_timeout
+        max_tasks = n_slots if timeout is not None else 2 * n_slots
+        max_trials = self.max_concurrent_trials
+        if max_trials is None and strategy.adaptive:
+            max_trials = 2 * n_slots
+        failed = 0
+        best: float | None = None
+        task_counter = 0
+
+        def trials_in_flight() -> int:
+            return sum(len(t.specs) for t in inflight.values())
+
+        def submit(specs: list[TrialSpec]) -> None:
+            nonlocal data_f, ctx_f, task_counter
+            if data_f.status != "finished" or ctx_f.status != "finished":
+                # The only copy of the data went with a worker: send it again.
+                data_f = self._scatter(data)
+                ctx_f = self._scatter(context)
+                self.stats.rescattered += 1
+            key = f"dmlsearch-trial-{run_id}-{task_counter}"
+            task_counter += 1
+            fut = client.submit(run_trials, data_f, ctx_f, specs, key=key, pure=False)
+            now = time.monotonic()
+            deadline = None
+            if timeout is not None:
+                deadline = now + timeout * len(specs) + max(10.0, 0.5 * timeout)
+            inflight[fut] = _Task(specs, now, deadline)
+            self.stats.submitted_tasks += 1
+            self.stats.batch_sizes.append(len(specs))
+
+        def record(outcome: TrialOutcome) -> None:
+            nonlocal failed, best
+            if outcome.number in recorded:
+                return  # a rerun of a task already recorded
+            recorded.add(outcome.number)
+            outcome.retries = retries.get(outcome.number, 0)
+            if outcome.state != "complete":
+                failed += 1
+            value = on_outcome(outcome)
+            strategy.tell(outcome.number, value)
+            if value is not None and (best is None or value > best):
+                best = value
+
+        def lost(task: _Task, reason: str) -> None:
+            for spec in task.specs:
+                if spec.number in recorded:
+                    continue
+                count = retries.get(spec.number, 0) + 1
+                retries[spec.number] = count
+                if count > self.max_retries:
+                    record(_failed_outcome(spec, FAILED, f"lost {count} times: {reason}", context))
+                else:
+                    self.stats.resubmitted_trials += 1
+                    retry_queue.append(spec)
+
+        def fill() -> None:
+            nonlocal next_number, exhausted, n_slots, slots_checked, max_tasks
+            if time.monotonic() - slots_checked > 2.0:
+                n_slots = self._n_slots()
+                slots_checked = time.monotonic()
+                max_tasks = n_slots if timeout is not None else 2 * n_slots
+            while len(inflight) < max_tasks:
+                room = None if max_trials is None else max_trials - trials_in_flight()
+                if room is not None and room <= 0:
+                    return
+                if retry_queue:
+                    specs = [retry_queue.popleft()]
+                    submit(specs)
+                    continue
+                if exhausted:
+                    return
+                remaining = None if total is None else total - next_number
+                size = 1 if timeout is not None else self.batcher.size(remaining, n_slots)
+                if room is not None:
+                    size = min(size, room)
+                specs = []
+                for _ in range(size):
+                    params = strategy.ask(next_number)
+                    if params is None:
+                        exhausted = True
+                        break
+                    specs.append(TrialSpec(next_number, params, trial_seed(seed, next_number)))
+                    next_number += 1
+                if specs:
+                    submit(specs)
+
+        def handle(fut: Future) -> None:
+            task = inflight.pop(fut)
+            status = fut.status
+            if status == "finished":
+                outcomes: list[TrialOutcome] = fut.result()
+                self.batcher.observe([o.duration for o in outcomes if o.state == "complete"])
+                for outcome in outcomes:
+                    record(outcome)
+            elif status == "error":
+                exc = fut.exception()
+                if isinstance(exc, _LOST):
+                    lost(task, f"{type(exc).__name__}: {exc}")
+                else:
+                    fut.result()  # re-raises with the worker's traceback
+            else:  # cancelled: the worker or the data it needed is gone
+                lost(task, "the task was cancelled (worker or scattered data lost)")
+            fut.release()
+
+        def check_deadlines() -> None:
+            now = time.monotonic()
+            expired = [
+                f for f, t in inflight.items() if t.deadline is not None and now > t.deadline
+            ]
+            if not expired:
+                return
+            processing = client.processing()
+            for fut in expired:
+                task = inflight.pop(fut)
+                worker = next((w for w, keys in processing.items() if fut.key in keys), None)
+                fut.cancel()
+                self.stats.hard_timeouts += 1
+                for spec in task.specs:
+                    record(
+                        _failed_outcome(
+                            spec,
+                            TIMEOUT,
+                            f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
+                            f"{timeout}s and did not stop; its worker {worker} was restarted",
+                            context,
+                        )
+                    )
+                if worker is not None:
+                    try:
+                        client.restart_workers([worker], raise_for_error=False)
+                    except Exception as exc:
+                        logger.warning("could not restart stuck worker %s: %s", worker, exc)
+
+        self.progress.start(total, self.name)
+        try:
+            while True:
+                fill()
+                if not inflight:
+                    break
+                try:
+                    done = wait(
+                        list(inflight), timeout=self.poll_interval, return_when="FIRST_COMPLETED"
+                    ).done
+                except TimeoutError:
+                    done = set()
+                for fut in done:
+                    handle(fut)
+                if timeout is not None:
+                    check_deadlines()
+                self.progress.update(len(recorded), failed, trials_in_flight(), best)
+        except BaseException:
+            client.cancel(list(inflight))
+            raise
+        finally:
+            self.progress.update(len(recorded), failed, 0, best)
+            self.progress.close()
+            client.cancel([data_f, ctx_f])
+
+
+def _failed_outcome(spec: TrialSpec, state: str, error: str, context: EvalContext) -> TrialOutcome:
+    n = len(context.splits)
+    now = time.time()
+    return TrialOutcome(
+        number=spec.number,
+        params=spec.params,
+        seed=spec.seed,
+        state=state,
+        test_scores=[{} for _ in range(n)],
+        train_scores=[{} for _ in range(n)] if context.return_train_score else None,
+        fit_times=[0.0] * n,
+        score_times=[0.0] * n,
+        started=now,
+        finished=now,
+        worker="",
+        error=error,
+    )

@@ -1,0 +1,440 @@
+"""``SearchCV``: the scikit-learn-compatible front over strategy + runner.
+
+``fit`` owns validation, cross-validation splits, bookkeeping and refit; the strategy
+only says what to try next and the runner only moves work to the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
+from sklearn.exceptions import FitFailedWarning
+from sklearn.model_selection import check_cv
+from sklearn.utils import indexable
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from ._evaluate import COMPLETE, EvalContext, SearchData, TrialOutcome
+from ._results import build_cv_results
+from ._scoring import Scoring, resolve_scoring
+from .exceptions import AllTrialsFailedError, InvalidParameterError
+from .progress import make_progress
+from .runner import DaskRunner, resolve_client
+from .space import as_space
+from .strategies import Strategy, make_strategy
+
+__all__ = ["SearchCV"]
+
+logger = logging.getLogger("dmlsearch")
+
+
+def _estimator_has(attr: str) -> Callable[[SearchCV], bool]:
+    def check(self: SearchCV) -> bool:
+        if hasattr(self, "best_estimator_"):
+            return hasattr(self.best_estimator_, attr)
+        return hasattr(self.estimator, attr)
+
+    return check
+
+
+def _resolve_seed(random_state: Any) -> int:
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise InvalidParameterError("random_state", f"must be >= 0, got {random_state}")
+        return int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**63 - 1))
+    raise InvalidParameterError(
+        "random_state",
+        f"expected None, an int, a RandomState or a Generator, got {random_state!r}",
+    )
+
+
+class SearchCV(MetaEstimatorMixin, BaseEstimator):
+    """Hyperparameter search with cross-validation, run on a Dask cluster.
+
+    Parameters
+    ----------
+    estimator : estimator
+        A scikit-learn estimator (Pipelines included); cloned for every fit.
+    search_space : dict, list of dicts or SearchSpace
+        Parameter name -> ``Float``/``Int``/``Categorical``, a list of values or a scipy
+        distribution. A list of dicts gives conditional sub-spaces. Any scikit-learn
+        ``param_grid`` or ``param_distributions`` is accepted as is.
+    strategy : {"grid", "random", "tpe", "cmaes", "gp", "nsga2"} or optuna sampler
+        What to try next. Model-based strategies run Optuna samplers with ask/tell.
+    n_trials : int, optional
+        Candidates to evaluate. Default: the whole grid for ``"grid"``, 10 otherwise.
+    cv, scoring, refit, error_score, return_train_score
+        As in scikit-learn's ``GridSearchCV``.
+    random_state : int, RandomState, Generator or None
+        Seeds the strategy and each trial (``numpy.random`` and ``random`` are seeded per
+        trial on the worker), so grid and random searches give identical results on 1 or
+        N workers.
+    client : distributed.Client, str or None
+        A client, a scheduler address, or None for the current default client; with no
+        default client an embedded ``LocalCluster`` is started and closed after ``fit``.
+    max_concurrent_trials : int, optional
+        Upper bound on trials in flight. Default: unbounded for grid/random (tasks are
+        bounded at two per worker thread), two per worker thread for model-based strategies.
+    trial_timeout : float, optional
+        Seconds a trial may run. A timed-out trial scores ``error_score`` and is recorded
+        with state ``"timeout"``; a trial stuck in native code has its worker restarted.
+    max_retries : int
+        How many times a trial lost with its worker is resubmitted.
+    progress : bool or None
+        Show a progress bar; ``None`` shows it when stderr is a terminal.
+
+    Attributes
+    ----------
+    cv_results_, best_params_, best_score_, best_index_, best_estimator_, n_splits_,
+    refit_time_, scorer_, multimetric_ : as in scikit-learn.
+    trials_ : list of TrialOutcome
+        One record per trial: state, scores, duration, worker, retries, error traceback.
+    seed_ : int
+        The seed the search used (drawn at random when ``random_state=None``).
+    """
+
+    def __init__(
+        self,
+        estimator: Any,
+        search_space: Any,
+        *,
+        strategy: Any = "random",
+        n_trials: int | None = None,
+        cv: Any = 5,
+        scoring: Any = None,
+        refit: Any = True,
+        error_score: Any = np.nan,
+        return_train_score: bool = False,
+        random_state: Any = None,
+        client: Any = None,
+        max_concurrent_trials: int | None = None,
+        trial_timeout: float | None = None,
+        max_retries: int = 2,
+        progress: bool | None = None,
+    ) -> None:
+        self.estimator = estimator
+        self.search_space = search_space
+        self.strategy = strategy
+        self.n_trials = n_trials
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.error_score = error_score
+        self.return_train_score = return_train_score
+        self.random_state = random_state
+        self.client = client
+        self.max_concurrent_trials = max_concurrent_trials
+        self.trial_timeout = trial_timeout
+        self.max_retries = max_retries
+        self.progress = progress
+
+    # -- scikit-learn protocol --------------------------------------------------
+    def __sklearn_clone__(self) -> SearchCV:
+        # A Client is a handle to a shared resource, not state: share it, never deepcopy it.
+        params = self.get_params(deep=False)
+        client = params.pop("client")
+        cloned = {k: clone(v, safe=False) for k, v in params.items()}
+        return type(self)(client=client, **cloned)
+
+    def __sklearn_tags__(self) -> Any:
+        from copy import deepcopy
+
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        sub = get_tags(self.estimator)
+        tags.estimator_type = sub.estimator_type
+        tags.classifier_tags = deepcopy(sub.classifier_tags)
+        tags.regressor_tags = deepcopy(sub.regressor_tags)
+        tags.input_tags.pairwise = sub.input_tags.pairwise
+        tags.input_tags.sparse = sub.input_tags.sparse
+        tags.input_tags.allow_nan = sub.input_tags.allow_nan
+        tags.target_tags.required = sub.target_tags.required
+        return tags
+
+    # -- validation --------------------------------------------------------------
+    def _validate(self) -> tuple[Scoring, str | None]:
+        if not hasattr(self.estimator, "fit"):
+            raise InvalidParameterError(
+                "estimator", f"expected an estimator with a fit method, got {self.estimator!r}"
+            )
+        n = self.n_trials
+        if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1):
+            raise InvalidParameterError("n_trials", f"must be an integer >= 1 or None, got {n!r}")
+        m = self.max_concurrent_trials
+        if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
+            raise InvalidParameterError(
+                "max_concurrent_trials", f"must be an integer >= 1 or None, got {m!r}"
+            )
+        t = self.trial_timeout
+        if t is not None and (
+            isinstance(t, bool)
+            or not isinstance(t, numbers.Real)
+            or not t > 0
+            or not math.isfinite(t)
+        ):
+            raise InvalidParameterError(
+                "trial_timeout", f"must be a number of seconds > 0, got {t!r}"
+            )
+        r = self.max_retries
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
+            raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {r!r}")
+        if not (
+            self.error_score == "raise"
+            or (
+                isinstance(self.error_score, numbers.Real)
+                and not isinstance(self.error_score, bool)
+            )
+        ):
+            raise InvalidParameterError(
+                "error_score", f"must be 'raise' or a number, got {self.error_score!r}"
+            )
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise InvalidParameterError(
+                "progress", f"must be True, False or None, got {self.progress!r}"
+            )
+        scoring = resolve_scoring(self.estimator, self.scoring)
+        refit_metric: str | None
+        if scoring.multimetric:
+            if self.refit is True or (
+                isinstance(self.refit, str) and self.refit not in scoring.names
+            ):
+                raise InvalidParameterError(
+                    "refit",
+                    f"with several scorers, refit must be one of {scoring.names}, a callable "
+                    f"or False; got {self.refit!r}",
+                )
+            refit_metric = self.refit if isinstance(self.refit, str) else None
+        else:
+            if not (isinstance(self.refit, bool) or callable(self.refit)):
+                raise InvalidParameterError(
+                    "refit", f"must be True, False or a callable, got {self.refit!r}"
+                )
+            refit_metric = "score"
+        return scoring, refit_metric
+
+    # -- fit ---------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, *, groups: Any = None, **fit_params: Any) -> SearchCV:
+        """Run the search, then refit the best candidate on all of ``X``.
+
+        Every argument is validated before any work is sent to the cluster.
+        """
+        scoring, refit_metric = self._validate()
+        space = as_space(self.search_space)
+        seed = _resolve_seed(self.random_state)
+        strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+        X, y, groups = indexable(X, y, groups)
+        cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
+        splits = [(np.asarray(tr), np.asarray(te)) for tr, te in cv.split(X, y, groups)]
+        if not splits:
+            raise InvalidParameterError("cv", "the splitter produced no splits")
+        n_splits = len(splits)
+        primary = refit_metric or scoring.names[0]
+
+        context = EvalContext(
+            estimator=self.estimator,
+            scorer=scoring.scorer,
+            multimetric=scoring.multimetric,
+            splits=splits,
+            error_score=self.error_score,
+            return_train_score=self.return_train_score,
+            trial_timeout=None if self.trial_timeout is None else float(self.trial_timeout),
+        )
+        data = SearchData(X, y, dict(fit_params))
+        outcomes: dict[int, TrialOutcome] = {}
+
+        def on_outcome(outcome: TrialOutcome) -> float | None:
+            outcomes[outcome.number] = outcome
+            if outcome.state != COMPLETE:
+                return None
+            values = [fold.get(primary, np.nan) for fold in outcome.test_scores]
+            value = float(np.mean(values)) if values else float("nan")
+            return value if math.isfinite(value) else None
+
+        progress = make_progress(self.progress)
+        with resolve_client(self.client) as client:
+            link = getattr(client, "dashboard_link", None)
+            if link:
+                logger.info("dmlsearch: Dask dashboard at %s", link)
+                progress.message(f"Dask dashboard: {link}")
+            runner = DaskRunner(
+                client,
+                max_concurrent_trials=self.max_concurrent_trials,
+                trial_timeout=self.trial_timeout,
+                max_retries=self.max_retries,
+                progress=progress,
+                name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
+            )
+            runner.run(strategy, data, context, seed, on_outcome)
+            self.runner_stats_ = runner.stats
+
+        self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
+        self.seed_ = seed
+        if self.refit:
+            self._refit(X, y, fit_params)
+        return self
+
+    def _finish(
+        self,
+        outcomes: dict[int, TrialOutcome],
+        scoring: Scoring,
+        refit_metric: str | None,
+        n_splits: int,
+        strategy: Strategy,
+    ) -> None:
+        trials = [outcomes[k] for k in sorted(outcomes)]
+        bad = [t for t in trials if t.state != COMPLETE]
+        if trials and len(bad) == len(trials):
+            raise AllTrialsFailedError(
+                f"all {len(trials)} trials failed. The first error was:\n{bad[0].error}"
+            )
+        if bad:
+            warnings.warn(
+                f"{len(bad)} of the {len(trials)} trials failed and scored "
+                f"error_score={self.error_score!r}. The first error was:\n{bad[0].error}",
+                FitFailedWarning,
+                stacklevel=3,
+            )
+        error_score = float("nan") if self.error_score == "raise" else float(self.error_score)
+        results = build_cv_results(
+            trials,
+            scoring.names,
+            n_splits,
+            return_train_score=self.return_train_score,
+            error_score=error_score,
+        )
+        self.cv_results_ = results
+        self.trials_ = trials
+        self.n_splits_ = n_splits
+        self.scorer_ = scoring.scorer_
+        self.multimetric_ = scoring.multimetric
+        if self.refit is not False:
+            if callable(self.refit):
+                index = self.refit(results)
+                if (
+                    isinstance(index, bool)
+                    or not isinstance(index, numbers.Integral)
+                    or not 0 <= int(index) < len(trials)
+                ):
+                    raise InvalidParameterError(
+                        "refit",
+                        f"the refit callable must return an index in [0, {len(trials)}), got {index!r}",
+                    )
+                self.best_index_ = int(index)
+            else:
+                assert refit_metric is not None
+                self.best_index_ = int(results[f"rank_test_{refit_metric}"].argmin())
+                self.best_score_ = float(results[f"mean_test_{refit_metric}"][self.best_index_])
+            self.best_params_ = results["params"][self.best_index_]
+
+    def _refit(self, X: Any, y: Any, fit_params: dict[str, Any]) -> None:
+        estimator = clone(self.estimator).set_params(**clone(self.best_params_, safe=False))
+        t0 = time.perf_counter()
+        if y is None:
+            estimator.fit(X, **fit_params)
+        else:
+            estimator.fit(X, y, **fit_params)
+        self.refit_time_ = time.perf_counter() - t0
+        self.best_estimator_ = estimator
+        if hasattr(estimator, "feature_names_in_"):
+            self.feature_names_in_ = estimator.feature_names_in_
+
+    # -- results helpers ---------------------------------------------------------
+    def trials_dataframe(self) -> pd.DataFrame:
+        """``trials_`` as a DataFrame: one row per trial, one ``param_`` column per parameter."""
+        check_is_fitted(self, "trials_")
+        rows = []
+        for t in self.trials_:
+            row: dict[str, Any] = {
+                "number": t.number,
+                "state": t.state,
+                "duration": t.duration,
+                "worker": t.worker,
+                "retries": t.retries,
+                "seed": t.seed,
+                "error": t.error,
+            }
+            row.update({f"param_{k}": v for k, v in t.params.items()})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    # -- delegation to the refitted estimator -------------------------------------
+    def _check_refit(self, method: str) -> None:
+        if not self.refit:
+            raise AttributeError(
+                f"{method} is not available when refit=False; refit the best parameters yourself "
+                "or use refit=True"
+            )
+        check_is_fitted(self, "best_estimator_")
+
+    @property
+    def classes_(self) -> Any:
+        self._check_refit("classes_")
+        return self.best_estimator_.classes_
+
+    @property
+    def n_features_in_(self) -> int:
+        self._check_refit("n_features_in_")
+        return int(self.best_estimator_.n_features_in_)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Score of the refitted estimator with the refit scorer."""
+        self._check_refit("score")
+        scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
+        if y is None:
+            return float(scorer(self.best_estimator_, X))
+        return float(scorer(self.best_estimator_, X, y))
+
+    @available_if(_estimator_has("predict"))
+    def predict(self, X: Any) -> Any:
+        self._check_refit("predict")
+        return self.best_estimator_.predict(X)
+
+    @available_if(_estimator_has("predict_proba"))
+    def predict_proba(self, X: Any) -> Any:
+        self._check_refit("predict_proba")
+        return self.best_estimator_.predict_proba(X)
+
+    @available_if(_estimator_has("predict_log_proba"))
+    def predict_log_proba(self, X: Any) -> Any:
+        self._check_refit("predict_log_proba")
+        return self.best_estimator_.predict_log_proba(X)
+
+    @available_if(_estimator_has("decision_function"))
+    def decision_function(self, X: Any) -> Any:
+        self._check_refit("decision_function")
+        return self.best_estimator_.decision_function(X)
+
+    @available_if(_estimator_has("score_samples"))
+    def score_samples(self, X: Any) -> Any:
+        self._check_refit("score_samples")
+        return self.best_estimator_.score_samples(X)
+
+    @available_if(_estimator_has("transform"))
+    def transform(self, X: Any) -> Any:
+        self._check_refit("transform")
+        return self.best_estimator_.transform(X)
+
+    @available_if(_estimator_has("inverse_transform"))
+    def inverse_transform(self, X: Any) -> Any:
+        self._check_refit("inverse_transform")
+        return self.best_estimator_.inverse_transform(X)
+
+
+def _strategy_name(strategy: Any) -> str:
+    return strategy if isinstance(strategy, str) else type(strategy).__name__

@@ -1,0 +1,317 @@
+"""Search spaces: ``Float``, ``Int``, ``Categorical`` and lists of sub-spaces.
+
+A search space is what a strategy draws candidates from. It accepts, as is, what
+scikit-learn accepts: a ``param_grid`` (a dict of lists, or a list of such dicts) and
+``param_distributions`` (lists and scipy.stats frozen distributions). A list of
+sub-spaces is how conditional parameters are written, exactly as in scikit-learn::
+
+    [{"kernel": ["rbf"], "gamma": Float(1e-4, 1, log=True)},
+     {"kernel": ["poly"], "degree": Int(2, 5)}]
+
+This module is pure: no Dask, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from .exceptions import SearchSpaceError
+
+__all__ = [
+    "Categorical",
+    "Dimension",
+    "Distribution",
+    "Float",
+    "Int",
+    "SearchSpace",
+    "as_space",
+]
+
+
+class Dimension(ABC):
+    """One parameter's domain.
+
+    Subclasses are immutable value objects. ``sample`` must draw only from the ``rng``
+    it is given, so that a seed fixes the draw. ``grid_values`` returns the finite list
+    of values a grid search enumerates, or raises :class:`SearchSpaceError` when the
+    dimension is continuous.
+    """
+
+    @abstractmethod
+    def sample(self, rng: np.random.Generator) -> Any:
+        """Draw one value."""
+
+    @abstractmethod
+    def grid_values(self, name: str) -> list[Any]:
+        """The values a grid search tries, in order."""
+
+    @property
+    def is_finite(self) -> bool:
+        """Whether ``grid_values`` can enumerate this dimension."""
+        return True
+
+
+def _check_number(name: str, value: Any, integral: bool) -> None:
+    kinds: tuple[type, ...] = (numbers.Integral,) if integral else (numbers.Real,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        kind = "an integer" if integral else "a real number"
+        raise SearchSpaceError(name, f"must be {kind}, got {value!r}")
+    if not integral and not math.isfinite(float(value)):  # type: ignore[arg-type]
+        raise SearchSpaceError(name, f"must be finite, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Float(Dimension):
+    """A real number in ``[low, high]``; ``log=True`` samples uniformly in log space."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        _check_number("Float.low", self.low, integral=False)
+        _check_number("Float.high", self.high, integral=False)
+        if self.low > self.high:
+            raise SearchSpaceError(
+                "Float.low", f"low={self.low!r} is greater than high={self.high!r}; swap them"
+            )
+        if self.log and self.low <= 0:
+            raise SearchSpaceError("Float.low", f"log=True needs low > 0, got low={self.low!r}")
+
+    def sample(self, rng: np.random.Generator) -> float:
+        if self.log:
+            return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
+        return float(rng.uniform(self.low, self.high))
+
+    def grid_values(self, name: str) -> list[Any]:
+        raise SearchSpaceError(
+            name,
+            f"{self!r} is continuous and cannot be enumerated by a grid search; "
+            "give a list of values, or use strategy='random' or a model-based strategy",
+        )
+
+    @property
+    def is_finite(self) -> bool:
+        return self.low == self.high
+
+
+@dataclass(frozen=True)
+class Int(Dimension):
+    """An integer in ``[low, high]`` (both included), on a ``step``; ``log=True`` for scales."""
+
+    low: int
+    high: int
+    log: bool = False
+    step: int = 1
+
+    def __post_init__(self) -> None:
+        _check_number("Int.low", self.low, integral=True)
+        _check_number("Int.high", self.high, integral=True)
+        _check_number("Int.step", self.step, integral=True)
+        if self.low > self.high:
+            raise SearchSpaceError(
+                "Int.low", f"low={self.low!r} is greater than high={self.high!r}; swap them"
+            )
+        if self.step < 1:
+            raise SearchSpaceError("Int.step", f"must be >= 1, got {self.step!r}")
+        if self.log and self.low <= 0:
+            raise SearchSpaceError("Int.low", f"log=True needs low >= 1, got low={self.low!r}")
+        if self.log and self.step != 1:
+            raise SearchSpaceError("Int.step", "log=True works only with step=1")
+
+    def sample(self, rng: np.random.Generator) -> int:
+        if self.log:
+            # Round in log space so that every integer keeps its share of the log scale.
+            lo, hi = math.log(self.low - 0.5 + 1e-12), math.log(self.high + 0.5)
+            value = round(math.exp(rng.uniform(lo, hi)))
+            return int(min(max(value, self.low), self.high))
+        n = (int(self.high) - int(self.low)) // int(self.step)
+        return int(self.low) + int(self.step) * int(rng.integers(0, n + 1))
+
+    def grid_values(self, name: str) -> list[Any]:
+        return list(range(int(self.low), int(self.high) + 1, int(self.step)))
+
+
+@dataclass(frozen=True)
+class Categorical(Dimension):
+    """One of a finite list of choices (any Python objects, estimators included)."""
+
+    choices: tuple[Any, ...]
+
+    def __init__(self, choices: Sequence[Any] | np.ndarray) -> None:
+        if isinstance(choices, (str, bytes)) or not isinstance(choices, (Sequence, np.ndarray)):
+            raise SearchSpaceError(
+                "Categorical.choices", f"must be a list of choices, got {choices!r}"
+            )
+        values = tuple(choices)
+        if len(values) == 0:
+            raise SearchSpaceError("Categorical.choices", "must not be empty")
+        object.__setattr__(self, "choices", values)
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        return self.choices[int(rng.integers(0, len(self.choices)))]
+
+    def grid_values(self, name: str) -> list[Any]:
+        return list(self.choices)
+
+
+@dataclass(frozen=True, eq=False)
+class Distribution(Dimension):
+    """Any object with ``rvs(random_state=...)``: a scipy.stats frozen distribution, say."""
+
+    dist: Any = field()
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        value = self.dist.rvs(random_state=rng)
+        if isinstance(value, np.generic):
+            return value.item()
+        return value
+
+    def grid_values(self, name: str) -> list[Any]:
+        raise SearchSpaceError(
+            name,
+            "a distribution cannot be enumerated by a grid search; give a list of values "
+            "or use strategy='random'",
+        )
+
+    @property
+    def is_finite(self) -> bool:
+        return False
+
+
+def _as_dimension(name: str, value: Any) -> Dimension:
+    if isinstance(value, Dimension):
+        return value
+    if hasattr(value, "rvs"):
+        return Distribution(value)
+    if isinstance(value, (str, bytes)):
+        raise SearchSpaceError(
+            name,
+            f"a string ({value!r}) is not a list of choices; write [{value!r}] to fix the value",
+        )
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise SearchSpaceError(
+                name, f"an array of choices must be 1-d, got shape {value.shape}"
+            )
+        value = list(value)
+    if isinstance(value, (Sequence, set, frozenset)):
+        if isinstance(value, (set, frozenset)):
+            raise SearchSpaceError(name, "a set has no order; give a list of choices")
+        if len(value) == 0:
+            raise SearchSpaceError(name, "the list of choices is empty")
+        return Categorical(list(value))
+    raise SearchSpaceError(
+        name,
+        f"expected a list of values, a scipy.stats distribution, Float, Int or Categorical; "
+        f"got {value!r}",
+    )
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A list of sub-spaces; a candidate comes from exactly one of them.
+
+    Within a sub-space parameters are listed in sorted order, as scikit-learn's
+    ``ParameterGrid`` does, so a grid is enumerated in the same order.
+    """
+
+    subspaces: tuple[dict[str, Dimension], ...]
+
+    @property
+    def is_finite(self) -> bool:
+        return all(dim.is_finite for sub in self.subspaces for dim in sub.values())
+
+    @property
+    def param_names(self) -> list[str]:
+        names: dict[str, None] = {}
+        for sub in self.subspaces:
+            for key in sorted(sub):
+                names[key] = None
+        return list(names)
+
+    def grid_size(self) -> int:
+        total = 0
+        for i, sub in enumerate(self.subspaces):
+            n = 1
+            for key in sorted(sub):
+                n *= len(sub[key].grid_values(_where(i, key, len(self.subspaces))))
+            total += n
+        return total
+
+    def grid_point(self, index: int) -> dict[str, Any]:
+        """The ``index``-th point of the grid, without enumerating those before it."""
+        for i, sub in enumerate(self.subspaces):
+            keys = sorted(sub)
+            values = [sub[k].grid_values(_where(i, k, len(self.subspaces))) for k in keys]
+            size = math.prod(len(v) for v in values)
+            if index >= size:
+                index -= size
+                continue
+            out: dict[str, Any] = {}
+            # The last key varies fastest, as itertools.product does.
+            for key, vals in zip(reversed(keys), reversed(values), strict=True):
+                index, offset = divmod(index, len(vals))
+                out[key] = vals[offset]
+            return dict(sorted(out.items()))
+        raise IndexError("grid index out of range")
+
+    def iter_grid(self) -> Any:
+        for i, sub in enumerate(self.subspaces):
+            keys = sorted(sub)
+            values = [sub[k].grid_values(_where(i, k, len(self.subspaces))) for k in keys]
+            for combo in product(*values):
+                yield dict(zip(keys, combo, strict=True))
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
+        """Pick a sub-space uniformly, then draw each of its parameters in sorted order."""
+        sub = self.subspaces[int(rng.integers(0, len(self.subspaces)))]
+        return {key: sub[key].sample(rng) for key in sorted(sub)}
+
+
+def _where(i: int, key: str, n: int) -> str:
+    return f"search_space[{i}][{key!r}]" if n > 1 else f"search_space[{key!r}]"
+
+
+def as_space(obj: Any) -> SearchSpace:
+    """Turn what a user gave as ``search_space`` into a :class:`SearchSpace`.
+
+    Accepts a ``SearchSpace``, a mapping of parameter name to values, or a non-empty list
+    of such mappings. Raises :class:`SearchSpaceError` naming the offending entry.
+    """
+    if isinstance(obj, SearchSpace):
+        return obj
+    if isinstance(obj, Mapping):
+        items: list[Any] = [obj]
+    elif isinstance(obj, (list, tuple)):
+        if len(obj) == 0:
+            raise SearchSpaceError("search_space", "the list of sub-spaces is empty")
+        items = list(obj)
+    else:
+        raise SearchSpaceError(
+            "search_space",
+            f"expected a dict of parameter -> values or a list of such dicts, got {type(obj).__name__}",
+        )
+    subspaces = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise SearchSpaceError(
+                f"search_space[{i}]", f"expected a dict of parameter -> values, got {item!r}"
+            )
+        sub: dict[str, Dimension] = {}
+        for key, value in item.items():
+            if not isinstance(key, str) or not key:
+                raise SearchSpaceError(
+                    f"search_space[{i}]", f"parameter names must be non-empty strings, got {key!r}"
+                )
+            sub[key] = _as_dimension(_where(i, key, len(items)), value)
+        subspaces.append(sub)
+    return SearchSpace(tuple(subspaces))

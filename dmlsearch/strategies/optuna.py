@@ -1,0 +1,192 @@
+"""Model-based strategies driven through Optuna samplers with ask/tell.
+
+Pending trials stay RUNNING in an in-memory study until told, so samplers that model
+them (TPE's constant liar, GP's q-batch acquisition) know what is already being tried.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.samplers import BaseSampler
+from optuna.trial import Trial, TrialState
+
+from ..exceptions import InvalidParameterError, SearchSpaceError
+from ..space import Categorical, Dimension, Distribution, Float, Int, SearchSpace
+from ._base import Strategy
+
+__all__ = ["SAMPLERS", "OptunaStrategy", "to_optuna_distributions"]
+
+DEFAULT_N_TRIALS = 10
+_SUBSPACE = "__subspace__"
+_PRIMITIVE = (type(None), bool, int, float, str)
+
+
+def _tpe(seed: int) -> BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True)
+
+
+def _cmaes(seed: int) -> BaseSampler:
+    return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+
+
+def _gp(seed: int) -> BaseSampler:
+    if importlib.util.find_spec("torch") is None:
+        raise InvalidParameterError(
+            "strategy",
+            "strategy='gp' runs Optuna's GPSampler, which needs torch; "
+            "install it (pip install 'dmlsearch[torch]') or choose 'tpe'",
+        )
+    return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+
+
+def _nsga2(seed: int) -> BaseSampler:
+    return optuna.samplers.NSGAIISampler(seed=seed)
+
+
+#: Strategy names backed by an Optuna sampler, and how each is built from a seed.
+SAMPLERS: dict[str, Callable[[int], BaseSampler]] = {
+    "tpe": _tpe,
+    "cmaes": _cmaes,
+    "gp": _gp,
+    "nsga2": _nsga2,
+}
+
+
+def _dimension_to_optuna(name: str, dim: Dimension) -> Dimension:
+    """Express a scipy distribution as Float/Int where an exact equivalent exists."""
+    if not isinstance(dim, Distribution):
+        return dim
+    frozen = dim.dist
+    dist_name = getattr(getattr(frozen, "dist", None), "name", None)
+    args = tuple(getattr(frozen, "args", ()))
+    kwds = dict(getattr(frozen, "kwds", {}))
+    loc = float(
+        kwds.get(
+            "loc", args[2] if dist_name in ("loguniform", "reciprocal") and len(args) > 2 else 0.0
+        )
+    )
+    if dist_name == "uniform":
+        low = float(args[0]) if args else float(kwds.get("loc", 0.0))
+        scale = float(args[1]) if len(args) > 1 else float(kwds.get("scale", 1.0))
+        return Float(low, low + scale)
+    if (
+        dist_name in ("loguniform", "reciprocal")
+        and loc == 0.0
+        and float(kwds.get("scale", 1.0)) == 1.0
+    ):
+        return Float(float(args[0]), float(args[1]), log=True)
+    if dist_name == "randint" and len(args) >= 2:
+        return Int(int(args[0]), int(args[1]) - 1)
+    raise SearchSpaceError(
+        name,
+        f"model-based strategies cannot use the distribution {dist_name or frozen!r}; "
+        "use Float(low, high, log=...), Int(low, high) or a list of choices",
+    )
+
+
+class _Param:
+    """How one parameter of one sub-space is suggested and decoded."""
+
+    def __init__(self, key: str, optuna_name: str, dim: Dimension) -> None:
+        self.key = key
+        self.name = optuna_name
+        self.dim = _dimension_to_optuna(key, dim)
+        self.encoded: list[Any] | None = None
+        if isinstance(self.dim, Categorical):
+            choices = [c.item() if isinstance(c, np.generic) else c for c in self.dim.choices]
+            if all(isinstance(c, _PRIMITIVE) for c in choices) and len(
+                set(map(repr, choices))
+            ) == len(choices):
+                self.encoded = choices
+                self._choices = choices
+            else:
+                # Optuna stores only primitives: suggest an index, decode to the object.
+                self.encoded = list(range(len(choices)))
+                self._choices = list(self.dim.choices)
+
+    def suggest(self, trial: Trial) -> Any:
+        dim = self.dim
+        if isinstance(dim, Float):
+            return trial.suggest_float(self.name, float(dim.low), float(dim.high), log=dim.log)
+        if isinstance(dim, Int):
+            return trial.suggest_int(
+                self.name, int(dim.low), int(dim.high), step=int(dim.step), log=dim.log
+            )
+        assert self.encoded is not None
+        value = trial.suggest_categorical(self.name, self.encoded)
+        return self._choices[self.encoded.index(value)]
+
+
+def to_optuna_distributions(space: SearchSpace) -> list[list[_Param]]:
+    """Per sub-space, the parameters as Optuna will see them (validates the space)."""
+    many = len(space.subspaces) > 1
+    out = []
+    for i, sub in enumerate(space.subspaces):
+        out.append([_Param(key, f"{i}:{key}" if many else key, sub[key]) for key in sorted(sub)])
+    return out
+
+
+class OptunaStrategy(Strategy):
+    """Ask/tell over any Optuna sampler, maximising the search's refit score."""
+
+    adaptive = True
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        n_trials: int | None,
+        seed: int,
+        sampler: str | BaseSampler = "tpe",
+    ) -> None:
+        super().__init__(space, n_trials, seed)
+        if isinstance(sampler, str):
+            try:
+                sampler = SAMPLERS[sampler](seed)
+            except KeyError:
+                raise InvalidParameterError(
+                    "strategy",
+                    f"unknown Optuna sampler {sampler!r}; choose from {sorted(SAMPLERS)}",
+                ) from None
+        self.sampler = sampler
+        self._params = to_optuna_distributions(space)
+        self._n = DEFAULT_N_TRIALS if n_trials is None else n_trials
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(direction="maximize", sampler=sampler)
+        self._pending: dict[int, Trial] = {}
+
+    @property
+    def total(self) -> int:
+        return self._n
+
+    def ask(self, number: int) -> dict[str, Any] | None:
+        if number >= self._n:
+            return None
+        with warnings.catch_warnings():
+            # Experimental-feature and independent-sampling warnings say nothing actionable here.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            trial = self.study.ask()
+            index = 0
+            if len(self._params) > 1:
+                index = int(trial.suggest_categorical(_SUBSPACE, list(range(len(self._params)))))
+            params = {p.key: p.suggest(trial) for p in self._params[index]}
+        trial.set_user_attr("dmlsearch_number", number)
+        self._pending[number] = trial
+        return params
+
+    def tell(self, number: int, value: float | None) -> None:
+        trial = self._pending.pop(number, None)
+        if trial is None:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if value is None or not math.isfinite(value):
+                self.study.tell(trial, state=TrialState.FAIL)
+            else:
+                self.study.tell(trial, float(value))
