@@ -27,6 +27,7 @@ import numpy as np
 from distributed import Client, Future, LocalCluster, wait
 from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
+from distributed.scheduler import KilledWorker
 
 from .._evaluate import (
     FAILED,
@@ -45,8 +46,6 @@ from ._batching import AdaptiveBatcher
 __all__ = ["DaskRunner", "embedded_cluster", "resolve_client", "trial_seed"]
 
 logger = logging.getLogger("dmlsearch")
-
-from distributed.scheduler import KilledWorker
 
 _LOST = (KilledWorker, CommClosedError, FutureCancelledError, OSError)
 
