@@ -151,6 +151,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         cloned = {k: clone(v, safe=False) for k, v in params.items()}
         return type(self)(client=client, **cloned)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A fitted search must pickle (joblib.dump); a live Client cannot, and would be
+        # meaningless in another process anyway.
+        state = dict(super().__getstate__())
+        if not isinstance(state.get("client"), (str, type(None))):
+            state["client"] = None
+        return state
+
     def __sklearn_tags__(self) -> Any:
         from copy import deepcopy
 

@@ -14,6 +14,7 @@ Design rules (see docs/design.md):
 from __future__ import annotations
 
 import logging
+import queue
 import time
 import uuid
 from collections import deque
@@ -24,7 +25,7 @@ from typing import Any
 
 import dask
 import numpy as np
-from distributed import Client, Future, LocalCluster, wait
+from distributed import Client, Future, LocalCluster
 from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
@@ -108,9 +109,8 @@ def resolve_client(client: Any) -> Iterator[Client]:
             f"expected a distributed.Client, a scheduler address or None, got {type(client).__name__}",
         )
     try:
-        from distributed import default_client
-
-        found = default_client()
+        # Honours `with client.as_current():` as well as the global default client.
+        found = Client.current()
     except ValueError:
         found = None
     if found is not None and found.status == "running":
@@ -174,10 +174,20 @@ class DaskRunner:
         except Exception:
             return 1
 
-    def _scatter(self, obj: Any) -> Future:
+    def _scatter(self, obj: Any, attempts: int = 8) -> Future:
         # hash=False: tokenizing a large array costs a full pass over it.
-        futures = self.client.scatter([obj], hash=False)
-        return futures[0]
+        for attempt in range(attempts):
+            try:
+                futures = self.client.scatter([obj], hash=False)
+                return futures[0]
+            except (CommClosedError, OSError) as exc:
+                # The scheduler may still list a worker that has just died; wait for it
+                # to notice, then send the data to a live one.
+                if attempt == attempts - 1:
+                    raise
+                logger.warning("scatter failed (%s); retrying", exc)
+                time.sleep(min(0.25 * 2**attempt, 4.0))
+        raise AssertionError("unreachable")
 
     # -- the loop ---------------------------------------------------------------
     def run(
@@ -193,6 +203,7 @@ class DaskRunner:
         data_f = self._scatter(data)
         ctx_f = self._scatter(context)
         inflight: dict[Future, _Task] = {}
+        finished: queue.Queue[Future] = queue.Queue()
         retry_queue: deque[TrialSpec] = deque()
         retries: dict[int, int] = {}
         recorded: set[int] = set()
@@ -223,10 +234,12 @@ class DaskRunner:
             key = f"dmlsearch-trial-{run_id}-{task_counter}"
             task_counter += 1
             fut = client.submit(run_trials, data_f, ctx_f, specs, key=key, pure=False)
+            # Called on the client's event loop whether the task ends, errs or is cancelled.
+            fut.add_done_callback(finished.put)
             now = time.monotonic()
             deadline = None
             if timeout is not None:
-                deadline = now + timeout * len(specs) + max(10.0, 0.5 * timeout)
+                deadline = now + timeout * len(specs) + max(5.0, timeout)
             inflight[fut] = _Task(specs, now, deadline)
             self.stats.submitted_tasks += 1
             self.stats.batch_sizes.append(len(specs))
@@ -340,14 +353,16 @@ class DaskRunner:
                 fill()
                 if not inflight:
                     break
+                done: list[Future] = []
                 try:
-                    done = wait(
-                        list(inflight), timeout=self.poll_interval, return_when="FIRST_COMPLETED"
-                    ).done
-                except TimeoutError:
-                    done = set()
+                    done.append(finished.get(timeout=self.poll_interval))
+                    while True:
+                        done.append(finished.get_nowait())
+                except queue.Empty:
+                    pass
                 for fut in done:
-                    handle(fut)
+                    if fut in inflight:  # a hard-timed-out task may still report
+                        handle(fut)
                 if timeout is not None:
                     check_deadlines()
                 self.progress.update(len(recorded), failed, trials_in_flight(), best)

@@ -28,7 +28,7 @@ class RandomStrategy(Strategy):
         self._order: np.ndarray | None = None
         if space.is_finite:
             size = space.grid_size()
-            if n > size:
+            if n > size and n_trials is not None:
                 warnings.warn(
                     f"n_trials={n} is greater than the {size} distinct candidates of this "
                     f"finite search space; running {size} trials. Use strategy='grid' to "
@@ -36,7 +36,7 @@ class RandomStrategy(Strategy):
                     UserWarning,
                     stacklevel=3,
                 )
-                n = size
+            n = min(n, size)
             # One permutation, fixed by the seed alone: trial k gets the k-th point.
             perm_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2**32,)))
             self._order = perm_rng.choice(size, size=n, replace=False)

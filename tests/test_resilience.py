@@ -1,0 +1,136 @@
+"""Worker loss, timeouts, reproducibility across cluster sizes, the embedded cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import make_classification
+from sklearn.exceptions import FitFailedWarning
+from sklearn.linear_model import LogisticRegression
+
+from dmlsearch import Float, SearchCV
+from dmlsearch.testing import NoisyClassifier, SleepyClassifier, local_cluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_classification(n_samples=60, n_features=4, random_state=0)
+
+
+def test_worker_killed_mid_search_reports_every_trial_once(fresh_cluster, data):
+    X, y = data
+    n_trials = 24
+    with Client(fresh_cluster, set_as_default=False) as client:
+        pids = client.run(os.getpid)
+        # Warm both workers so that each has run trials when the kill comes.
+        client.run(lambda: __import__("sklearn.model_selection"))
+        search = SearchCV(
+            SleepyClassifier(seconds=0.15),
+            {"parameter": list(range(n_trials))},
+            strategy="grid",
+            cv=2,
+            client=client,
+        )
+
+        def killer() -> None:
+            time.sleep(1.5)
+            os.kill(next(iter(pids.values())), signal.SIGKILL)
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        search.fit(X, y)
+        thread.join()
+    numbers = [t.number for t in search.trials_]
+    assert numbers == list(range(n_trials))
+    assert {t.state for t in search.trials_} == {"complete"}
+    assert len(search.cv_results_["params"]) == n_trials
+    assert [p["parameter"] for p in search.cv_results_["params"]] == list(range(n_trials))
+    # The killed worker really was in use before it died.
+    killed = next(iter(pids))
+    assert any(t.worker == killed for t in search.trials_) or search.runner_stats_.rescattered
+    assert all(t.retries <= search.max_retries for t in search.trials_)
+
+
+def test_python_level_trial_times_out(client, data):
+    X, y = data
+    space = {"seconds": [0.0, 30.0]}
+    s = SearchCV(SleepyClassifier(), space, strategy="grid", cv=2, client=client,
+                 trial_timeout=1.0, error_score=-1.0)
+    t0 = time.monotonic()
+    with pytest.warns(FitFailedWarning, match="1 of the 2 trials failed"):
+        s.fit(X, y)
+    assert time.monotonic() - t0 < 20
+    states = {t.params["seconds"]: t.state for t in s.trials_}
+    assert states == {0.0: "complete", 30.0: "timeout"}
+    slow = next(t for t in s.trials_ if t.state == "timeout")
+    assert "trial_timeout=1.0" in slow.error
+    assert s.cv_results_["mean_test_score"][1] == -1.0
+    assert s.best_params_ == {"seconds": 0.0}
+
+
+def test_trial_stuck_in_native_code_gets_its_worker_restarted(fresh_cluster, data):
+    X, y = data
+    with Client(fresh_cluster, set_as_default=False) as client:
+        s = SearchCV(
+            SleepyClassifier(mode="native"),
+            {"seconds": [0.0, 60.0]},
+            strategy="grid",
+            cv=2,
+            client=client,
+            trial_timeout=0.5,
+        )
+        t0 = time.monotonic()
+        with pytest.warns(FitFailedWarning, match="1 of the 2 trials failed"):
+            s.fit(X, y)
+        elapsed = time.monotonic() - t0
+        client.wait_for_workers(2, timeout=30)
+    assert elapsed < 40
+    stuck = next(t for t in s.trials_ if t.params["seconds"] == 60.0)
+    assert stuck.state == "timeout"
+    assert "restarted" in stuck.error
+    assert s.runner_stats_.hard_timeouts == 1
+
+
+def test_random_search_identical_on_one_and_two_workers(client, data):
+    X, y = data
+    space = {"parameter": Float(0.0, 1.0)}
+
+    def run(c: Client) -> SearchCV:
+        return SearchCV(NoisyClassifier(), space, n_trials=16, cv=3, client=c,
+                        random_state=11).fit(X, y)
+
+    two = run(client)
+    one_cluster = local_cluster(1)
+    try:
+        with Client(one_cluster, set_as_default=False) as one_client:
+            one = run(one_client)
+    finally:
+        one_cluster.close()
+    assert one.cv_results_["params"] == two.cv_results_["params"]
+    np.testing.assert_array_equal(
+        one.cv_results_["mean_test_score"], two.cv_results_["mean_test_score"]
+    )
+    assert one.best_params_ == two.best_params_
+    # The noisy estimator really is noisy: scores differ between trials.
+    assert len(set(two.cv_results_["mean_test_score"])) > 1
+
+
+def test_embedded_cluster_is_started_and_closed(data):
+    X, y = data
+    import distributed
+
+    with pytest.raises(ValueError):
+        distributed.default_client()
+    s = SearchCV(LogisticRegression(), {"C": [0.1, 1.0]}, strategy="grid", cv=2).fit(X, y)
+    assert len(s.trials_) == 2
+    assert s.trials_[0].worker.startswith("tcp://127.0.0.1:")
+    with pytest.raises(ValueError):
+        distributed.default_client()

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from optuna.samplers import RandomSampler
+from optuna.trial import TrialState
+from scipy import stats
+
+from dmlsearch import Categorical, Float, Int, InvalidParameterError, SearchSpaceError, as_space
+from dmlsearch.strategies import (
+    GridStrategy,
+    OptunaStrategy,
+    RandomStrategy,
+    make_strategy,
+)
+
+
+def test_grid_strategy_enumerates_then_stops():
+    space = as_space({"a": [1, 2, 3], "b": ["x", "y"]})
+    s = GridStrategy(space, None, seed=0)
+    assert s.total == 6
+    got = [s.ask(i) for i in range(7)]
+    assert got[-1] is None
+    assert got[0] == {"a": 1, "b": "x"} and got[1] == {"a": 1, "b": "y"}
+    assert GridStrategy(space, 4, seed=0).total == 4
+
+
+def test_random_strategy_is_a_function_of_seed_and_number():
+    space = as_space({"C": Float(1e-3, 1e3, log=True), "k": Int(1, 50)})
+    a = RandomStrategy(space, 20, seed=3)
+    b = RandomStrategy(space, 20, seed=3)
+    forward = [a.ask(i) for i in range(20)]
+    backward = {i: b.ask(i) for i in reversed(range(20))}
+    assert forward == [backward[i] for i in range(20)]
+    assert a.ask(20) is None
+    assert RandomStrategy(space, 20, seed=4).ask(0) != forward[0]
+
+
+def test_random_strategy_on_finite_space_samples_without_replacement():
+    space = as_space({"a": list(range(10)), "b": [0, 1]})
+    s = RandomStrategy(space, 20, seed=0)
+    draws = [tuple(sorted(s.ask(i).items())) for i in range(20)]
+    assert len(set(draws)) == 20
+    with pytest.warns(UserWarning, match="20 distinct candidates"):
+        capped = RandomStrategy(space, 50, seed=0)
+    assert capped.total == 20
+
+
+def test_unknown_strategy_is_rejected():
+    space = as_space({"a": [1]})
+    with pytest.raises(InvalidParameterError) as info:
+        make_strategy("bayes", space, None, 0)
+    assert info.value.param == "strategy"
+    with pytest.raises(InvalidParameterError):
+        make_strategy(42, space, None, 0)
+
+
+def test_grid_with_continuous_dimension_is_rejected_before_running():
+    with pytest.raises(SearchSpaceError):
+        make_strategy("grid", as_space({"C": Float(0.1, 1)}), None, 0)
+
+
+SAMPLERS = ["tpe", "cmaes", "nsga2"] + (["gp"] if importlib.util.find_spec("torch") else [])
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_optuna_strategies_optimise_a_simple_function(name):
+    space = as_space({"x": Float(-5.0, 5.0), "n": Int(0, 10), "c": Categorical(["a", "b"])})
+    s = make_strategy(name, space, 25, seed=1)
+    assert isinstance(s, OptunaStrategy) and s.adaptive
+    for i in range(25):
+        p = s.ask(i)
+        assert -5 <= p["x"] <= 5 and 0 <= p["n"] <= 10 and p["c"] in ("a", "b")
+        s.tell(i, -((p["x"] - 1.0) ** 2) - (p["c"] == "b"))
+    assert s.ask(25) is None
+    assert s.study.best_value > -4.0
+
+
+def test_pending_trials_are_known_to_the_sampler():
+    space = as_space({"x": Float(0.0, 1.0)})
+    s = make_strategy("tpe", space, 10, seed=0)
+    for i in range(4):
+        s.ask(i)
+    running = s.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    assert len(running) == 4
+    s.tell(2, 0.5)
+    s.tell(3, None)
+    states = [t.state for t in s.study.get_trials(deepcopy=False)]
+    assert states.count(TrialState.RUNNING) == 2
+    assert states.count(TrialState.FAIL) == 1
+
+
+def test_optuna_strategy_decodes_object_choices_and_subspaces():
+    class Thing:
+        pass
+
+    a, b = Thing(), Thing()
+    space = as_space([{"obj": [a, b], "k": [1, 2]}, {"x": stats.uniform(0, 2)}])
+    s = OptunaStrategy(space, 30, seed=0, sampler=RandomSampler(seed=0))
+    seen = set()
+    for i in range(30):
+        p = s.ask(i)
+        seen.add(tuple(sorted(p)))
+        if "obj" in p:
+            assert p["obj"] is a or p["obj"] is b
+        else:
+            assert 0 <= p["x"] <= 2
+        s.tell(i, float(i))
+    assert seen == {("k", "obj"), ("x",)}
+
+
+def test_model_based_strategies_reject_unsupported_distributions():
+    space = as_space({"x": stats.norm(0, 1)})
+    with pytest.raises(SearchSpaceError, match="Float"):
+        make_strategy("tpe", space, 5, seed=0)
+
+
+def test_loguniform_and_randint_are_translated():
+    space = as_space({"a": stats.loguniform(1e-3, 1.0), "k": stats.randint(1, 4)})
+    s = make_strategy("tpe", space, 30, seed=0)
+    for i in range(30):
+        p = s.ask(i)
+        assert 1e-3 <= p["a"] <= 1.0 and p["k"] in (1, 2, 3)
+        s.tell(i, np.log(p["a"]))
