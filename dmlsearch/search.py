@@ -173,6 +173,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         tags.input_tags.sparse = sub.input_tags.sparse
         tags.input_tags.allow_nan = sub.input_tags.allow_nan
         tags.target_tags.required = sub.target_tags.required
+        tags.target_tags.multi_output = sub.target_tags.multi_output
         return tags
 
     # -- validation --------------------------------------------------------------

@@ -62,8 +62,15 @@ def test_worker_killed_mid_search_reports_every_trial_once(fresh_cluster, data):
 def test_python_level_trial_times_out(client, data):
     X, y = data
     space = {"seconds": [0.0, 30.0]}
-    s = SearchCV(SleepyClassifier(), space, strategy="grid", cv=2, client=client,
-                 trial_timeout=1.0, error_score=-1.0)
+    s = SearchCV(
+        SleepyClassifier(),
+        space,
+        strategy="grid",
+        cv=2,
+        client=client,
+        trial_timeout=1.0,
+        error_score=-1.0,
+    )
     t0 = time.monotonic()
     with pytest.warns(FitFailedWarning, match="1 of the 2 trials failed"):
         s.fit(X, y)
@@ -104,8 +111,9 @@ def test_random_search_identical_on_one_and_two_workers(client, data):
     space = {"parameter": Float(0.0, 1.0)}
 
     def run(c: Client) -> SearchCV:
-        return SearchCV(NoisyClassifier(), space, n_trials=16, cv=3, client=c,
-                        random_state=11).fit(X, y)
+        return SearchCV(NoisyClassifier(), space, n_trials=16, cv=3, client=c, random_state=11).fit(
+            X, y
+        )
 
     two = run(client)
     one_cluster = local_cluster(1)

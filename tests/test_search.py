@@ -53,8 +53,10 @@ def assert_same_results(ours, theirs, *, atol=1e-12):
 
 def test_grid_parity_with_scikit_learn(client, data):
     X, y = data
-    grid = [{"C": list(np.logspace(-3, 2, 6)), "kernel": ["rbf"], "gamma": [0.01, 0.1]},
-            {"C": [1.0, 10.0], "kernel": ["linear"]}]
+    grid = [
+        {"C": list(np.logspace(-3, 2, 6)), "kernel": ["rbf"], "gamma": [0.01, 0.1]},
+        {"C": [1.0, 10.0], "kernel": ["linear"]},
+    ]
     cv = StratifiedKFold(4, shuffle=True, random_state=1)
     ours = SearchCV(SVC(), grid, strategy="grid", cv=cv, client=client, return_train_score=True)
     ours.fit(X, y)
@@ -122,7 +124,12 @@ def test_model_based_strategies_end_to_end(client, data, strategy):
     X, y = data
     space = {"C": Float(1e-3, 1e2, log=True)}
     s = SearchCV(
-        LogisticRegression(), space, strategy=strategy, n_trials=10, cv=3, client=client,
+        LogisticRegression(),
+        space,
+        strategy=strategy,
+        n_trials=10,
+        cv=3,
+        client=client,
         random_state=0,
     ).fit(X, y)
     assert len(s.trials_) == 10
@@ -133,8 +140,13 @@ def test_gp_strategy_end_to_end(client, data):
     pytest.importorskip("torch", reason="strategy='gp' needs torch (the [torch] extra)")
     X, y = data
     s = SearchCV(
-        LogisticRegression(), {"C": Float(1e-3, 1e2, log=True)}, strategy="gp", n_trials=6,
-        cv=2, client=client, random_state=0,
+        LogisticRegression(),
+        {"C": Float(1e-3, 1e2, log=True)},
+        strategy="gp",
+        n_trials=6,
+        cv=2,
+        client=client,
+        random_state=0,
     ).fit(X, y)
     assert len(s.trials_) == 6
 
@@ -156,16 +168,22 @@ def test_failing_trials_keep_traceback_and_score_error_score(client, data):
 
 def test_error_score_raise_reraises_the_original_error(client, data):
     X, y = data
-    s = SearchCV(FailingClassifier(fail=True), {"parameter": [1.0]}, strategy="grid",
-                 client=client, error_score="raise")
+    s = SearchCV(
+        FailingClassifier(fail=True),
+        {"parameter": [1.0]},
+        strategy="grid",
+        client=client,
+        error_score="raise",
+    )
     with pytest.raises(ValueError, match="asked to fail"):
         s.fit(X, y)
 
 
 def test_all_trials_failing_is_an_error(client, data):
     X, y = data
-    s = SearchCV(FailingClassifier(fail=True), {"parameter": [1.0, 2.0]}, strategy="grid",
-                 client=client)
+    s = SearchCV(
+        FailingClassifier(fail=True), {"parameter": [1.0, 2.0]}, strategy="grid", client=client
+    )
     with pytest.raises(AllTrialsFailedError, match="all 2 trials failed"):
         s.fit(X, y)
 
@@ -221,8 +239,9 @@ def test_unreachable_scheduler_is_a_clear_error(data):
 
 def test_grid_rejects_continuous_space_message():
     with pytest.raises(SearchSpaceError, match="cannot be enumerated"):
-        SearchCV(LogisticRegression(), {"C": Float(0.1, 1)}, strategy="grid",
-                 client="tcp://127.0.0.1:9").fit(*make_classification(30, random_state=0))
+        SearchCV(
+            LogisticRegression(), {"C": Float(0.1, 1)}, strategy="grid", client="tcp://127.0.0.1:9"
+        ).fit(*make_classification(30, random_state=0))
 
 
 def test_clone_and_pickle_round_trip(client, data):
@@ -241,8 +260,9 @@ def test_clone_and_pickle_round_trip(client, data):
 
 def test_refit_false_and_callable(client, data):
     X, y = data
-    s = SearchCV(LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, strategy="grid", refit=False,
-                 client=client).fit(X, y)
+    s = SearchCV(
+        LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, strategy="grid", refit=False, client=client
+    ).fit(X, y)
     assert not hasattr(s, "best_estimator_")
     with pytest.raises(AttributeError, match="refit=False"):
         s.predict(X)
@@ -250,16 +270,26 @@ def test_refit_false_and_callable(client, data):
     def lowest_c(results):
         return int(np.argmin(results["param_C"]))
 
-    s = SearchCV(LogisticRegression(), {"C": [10.0, 0.1, 1.0]}, strategy="grid", refit=lowest_c,
-                 client=client).fit(X, y)
+    s = SearchCV(
+        LogisticRegression(),
+        {"C": [10.0, 0.1, 1.0]},
+        strategy="grid",
+        refit=lowest_c,
+        client=client,
+    ).fit(X, y)
     assert s.best_params_ == {"C": 0.1}
     assert not hasattr(s, "best_score_")
 
 
 def test_futures_are_released_and_keys_are_readable(client, data):
     X, y = data
-    SearchCV(LogisticRegression(), {"C": list(np.logspace(-2, 2, 8))}, strategy="grid", cv=3,
-             client=client).fit(X, y)
+    SearchCV(
+        LogisticRegression(),
+        {"C": list(np.logspace(-2, 2, 8))},
+        strategy="grid",
+        cv=3,
+        client=client,
+    ).fit(X, y)
 
     def inspect(dask_scheduler):
         keys = [str(k) for k in dask_scheduler.tasks]
@@ -272,8 +302,9 @@ def test_futures_are_released_and_keys_are_readable(client, data):
 
 def test_trials_dataframe(client):
     X, y = load_iris(return_X_y=True)
-    s = SearchCV(LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, strategy="grid",
-                 client=client).fit(X, y)
+    s = SearchCV(
+        LogisticRegression(max_iter=300), {"C": [0.1, 1.0]}, strategy="grid", client=client
+    ).fit(X, y)
     frame = s.trials_dataframe()
     assert list(frame["number"]) == [0, 1]
     assert set(frame["state"]) == {"complete"}
@@ -283,8 +314,13 @@ def test_trials_dataframe(client):
 
 def test_progress_bar_reports_best(client, data, capsys):
     X, y = data
-    SearchCV(SGDClassifier(random_state=0), {"alpha": [1e-4, 1e-3]}, strategy="grid",
-             client=client, progress=True).fit(X, y)
+    SearchCV(
+        SGDClassifier(random_state=0),
+        {"alpha": [1e-4, 1e-3]},
+        strategy="grid",
+        client=client,
+        progress=True,
+    ).fit(X, y)
     err = capsys.readouterr().err
     assert "2/2" in err and "best" in err
     assert "Dask dashboard: http://127.0.0.1:" in err

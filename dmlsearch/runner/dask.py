@@ -39,7 +39,7 @@ from .._evaluate import (
     TrialSpec,
     run_trials,
 )
-from ..exceptions import InvalidParameterError
+from ..exceptions import DmlsearchError, InvalidParameterError
 from ..progress import NullProgress
 from ..strategies import Strategy
 from ._batching import AdaptiveBatcher
@@ -174,20 +174,25 @@ class DaskRunner:
         except Exception:
             return 1
 
-    def _scatter(self, obj: Any, attempts: int = 8) -> Future:
-        # hash=False: tokenizing a large array costs a full pass over it.
-        for attempt in range(attempts):
+    def _scatter(self, obj: Any, patience: float = 60.0) -> Future:
+        """Send ``obj`` to one worker; wait up to ``patience`` seconds for a live one."""
+        deadline = time.monotonic() + patience
+        delay = 0.25
+        while True:
             try:
-                futures = self.client.scatter([obj], hash=False)
-                return futures[0]
+                # hash=False: tokenizing a large array costs a full pass over it.
+                return self.client.scatter([obj], hash=False, timeout=max(1.0, patience / 4))[0]
             except (CommClosedError, OSError) as exc:
-                # The scheduler may still list a worker that has just died; wait for it
-                # to notice, then send the data to a live one.
-                if attempt == attempts - 1:
-                    raise
+                # The scheduler may still list a worker that has just died, or none may
+                # be up yet after a crash: wait for the cluster to recover, within reason.
+                if time.monotonic() > deadline:
+                    raise DmlsearchError(
+                        f"could not send the search's data to any worker for {patience:.0f} s "
+                        f"({exc}); check that the cluster has live workers"
+                    ) from exc
                 logger.warning("scatter failed (%s); retrying", exc)
-                time.sleep(min(0.25 * 2**attempt, 4.0))
-        raise AssertionError("unreachable")
+                time.sleep(delay)
+                delay = min(delay * 2, 4.0)
 
     # -- the loop ---------------------------------------------------------------
     def run(
@@ -257,7 +262,24 @@ class DaskRunner:
             if value is not None and (best is None or value > best):
                 best = value
 
-        def lost(task: _Task, reason: str) -> None:
+        def lost(task: _Task, reason: str, killed: bool = False) -> None:
+            if killed and len(task.specs) == 1:
+                # Dask already ran it on `allowed-failures` workers that all died: the
+                # trial itself crashes its worker (native crash, out of memory).
+                spec = task.specs[0]
+                if spec.number not in recorded:
+                    record(
+                        _failed_outcome(
+                            spec,
+                            FAILED,
+                            f"trial {spec.number} killed every worker that ran it ({reason}); "
+                            "it probably crashes in native code or runs out of memory",
+                            context,
+                        )
+                    )
+                return
+            # Several trials shared the task: retry each alone, so one bad trial cannot
+            # take the others down with it.
             for spec in task.specs:
                 if spec.number in recorded:
                     continue
@@ -304,14 +326,22 @@ class DaskRunner:
             task = inflight.pop(fut)
             status = fut.status
             if status == "finished":
-                outcomes: list[TrialOutcome] = fut.result()
+                try:
+                    outcomes: list[TrialOutcome] = fut.result()
+                except _LOST as exc:
+                    # The result went with its worker before we gathered it.
+                    lost(task, f"{type(exc).__name__}: {exc}", isinstance(exc, KilledWorker))
+                    fut.release()
+                    return
                 self.batcher.observe([o.duration for o in outcomes if o.state == "complete"])
                 for outcome in outcomes:
                     record(outcome)
             elif status == "error":
-                exc = fut.exception()
-                if isinstance(exc, _LOST):
-                    lost(task, f"{type(exc).__name__}: {exc}")
+                error = fut.exception()
+                # Trials catch their own errors unless error_score="raise"; so apart from
+                # KilledWorker, an error here is the user's and must surface as is.
+                if isinstance(error, KilledWorker):
+                    lost(task, f"KilledWorker: {error}", killed=True)
                 else:
                     fut.result()  # re-raises with the worker's traceback
             else:  # cancelled: the worker or the data it needed is gone

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from .cluster import local_cluster
-from .estimators import FailingClassifier, NoisyClassifier, SleepyClassifier
+from .estimators import CrashingClassifier, FailingClassifier, NoisyClassifier, SleepyClassifier
 
-__all__ = ["FailingClassifier", "NoisyClassifier", "SleepyClassifier", "local_cluster"]
+__all__ = [
+    "CrashingClassifier",
+    "FailingClassifier",
+    "NoisyClassifier",
+    "SleepyClassifier",
+    "local_cluster",
+]

@@ -5,6 +5,7 @@ They live in the package (not in tests/) so that worker processes can unpickle t
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -34,6 +35,20 @@ class FailingClassifier(_MajorityBase):
     def fit(self, X: Any, y: Any) -> FailingClassifier:
         if self.fail:
             raise ValueError(f"FailingClassifier asked to fail (parameter={self.parameter})")
+        self._fit_majority(y)
+        return self
+
+
+class CrashingClassifier(_MajorityBase):
+    """Kills its own process in ``fit`` when ``crash`` is true (a native crash, an OOM kill)."""
+
+    def __init__(self, crash: bool = False, parameter: float = 1.0) -> None:
+        self.crash = crash
+        self.parameter = parameter
+
+    def fit(self, X: Any, y: Any) -> CrashingClassifier:
+        if self.crash:
+            os._exit(13)
         self._fit_majority(y)
         return self
 
