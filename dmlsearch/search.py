@@ -230,9 +230,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 )
             refit_metric = self.refit if isinstance(self.refit, str) else None
         else:
-            if not (isinstance(self.refit, bool) or callable(self.refit)):
+            # As in scikit-learn, any string means "refit on the one metric".
+            if not (isinstance(self.refit, (bool, str)) or callable(self.refit)):
                 raise InvalidParameterError(
-                    "refit", f"must be True, False or a callable, got {self.refit!r}"
+                    "refit", f"must be True, False, a string or a callable, got {self.refit!r}"
                 )
             refit_metric = "score"
         return scoring, refit_metric
@@ -308,7 +309,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     ) -> None:
         trials = [outcomes[k] for k in sorted(outcomes)]
         bad = [t for t in trials if t.state != COMPLETE]
-        if trials and len(bad) == len(trials):
+        if trials and all(not fold for t in trials for fold in t.test_scores):
             raise AllTrialsFailedError(
                 f"all {len(trials)} trials failed. The first error was:\n{bad[0].error}"
             )

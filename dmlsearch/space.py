@@ -92,6 +92,8 @@ class Float(Dimension):
         return float(rng.uniform(self.low, self.high))
 
     def grid_values(self, name: str) -> list[Any]:
+        if self.low == self.high:
+            return [float(self.low)]
         raise SearchSpaceError(
             name,
             f"{self!r} is continuous and cannot be enumerated by a grid search; "

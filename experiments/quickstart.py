@@ -1,4 +1,4 @@
-"""Quickstart: a random search over a Pipeline on scikit-learn's digits, on the embedded default.
+"""Quickstart: a model-based (TPE) search over a Pipeline on scikit-learn's digits, on the embedded default.
 
 No cluster is given, so dmlsearch starts a LocalCluster of worker processes on 127.0.0.1
 (printing its dashboard link), runs the trials there and closes it afterwards.

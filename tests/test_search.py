@@ -179,6 +179,25 @@ def test_error_score_raise_reraises_the_original_error(client, data):
         s.fit(X, y)
 
 
+def test_some_folds_failing_in_every_trial_is_not_all_failed(client, data):
+    X, y = data
+    # Fits fail on the fold whose training set holds row 0 (a poisoned label), so every
+    # trial has failed and finished folds, as scikit-learn would count them.
+    s = SearchCV(
+        FailingClassifier(),
+        {"parameter": [1.0, 2.0]},
+        strategy="grid",
+        cv=KFold(2),
+        client=client,
+        refit=False,
+    )
+    with pytest.warns(FitFailedWarning, match="2 of the 2 trials failed"):
+        s.fit(X, y, fail_on_rows=np.arange(len(y)) == 0)
+    assert {t.state for t in s.trials_} == {"failed"}
+    assert np.isnan(s.cv_results_["split1_test_score"]).all()
+    assert np.isfinite(s.cv_results_["split0_test_score"]).all()
+
+
 def test_all_trials_failing_is_an_error(client, data):
     X, y = data
     s = SearchCV(

@@ -124,3 +124,46 @@ def test_loguniform_and_randint_are_translated():
         p = s.ask(i)
         assert 1e-3 <= p["a"] <= 1.0 and p["k"] in (1, 2, 3)
         s.tell(i, np.log(p["a"]))
+
+
+def test_equal_but_distinct_choices_are_kept_apart():
+    space = as_space({"v": Categorical([1, 1.0, True])})
+    s = OptunaStrategy(space, 40, seed=0, sampler=RandomSampler(seed=0))
+    seen = set()
+    for i in range(40):
+        value = s.ask(i)["v"]
+        seen.add((type(value).__name__, value))
+        s.tell(i, 0.0)
+    assert seen == {("int", 1), ("float", 1.0), ("bool", True)}
+
+
+@pytest.mark.parametrize(
+    ("dist", "low", "high", "log", "kind"),
+    [
+        (stats.uniform(2, 3), 2.0, 5.0, False, float),
+        (stats.uniform(loc=-1, scale=2), -1.0, 1.0, False, float),
+        (stats.loguniform(1e-3, 1.0), 1e-3, 1.0, True, float),
+        (stats.loguniform(1e-3, 1.0, 0, 10), 1e-2, 10.0, True, float),
+        (stats.randint(1, 10, loc=5), 6, 14, False, int),
+        (stats.randint(low=2, high=4), 2, 3, False, int),
+    ],
+)
+def test_scipy_distributions_translate_exactly(dist, low, high, log, kind):
+    from dmlsearch.strategies.optuna import to_optuna_distributions
+
+    (param,) = to_optuna_distributions(as_space({"p": dist}))[0]
+    dim = param.dim
+    assert (dim.low, dim.high) == pytest.approx((low, high))
+    assert dim.log == log
+    assert isinstance(dim.low, kind)
+
+
+def test_shifted_loguniform_is_rejected():
+    with pytest.raises(SearchSpaceError):
+        make_strategy("tpe", as_space({"p": stats.loguniform(1e-3, 1.0, loc=1.0)}), 5, 0)
+
+
+def test_single_point_float_works_in_every_strategy():
+    space = as_space({"x": Float(0.5, 0.5), "k": [1, 2]})
+    assert RandomStrategy(space, None, 0).total == 2
+    assert GridStrategy(space, None, 0).ask(0) == {"k": 1, "x": 0.5}

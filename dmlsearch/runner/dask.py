@@ -367,7 +367,12 @@ class DaskRunner:
                             spec,
                             TIMEOUT,
                             f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
-                            f"{timeout}s and did not stop; its worker {worker} was restarted",
+                            f"{timeout}s and did not stop; "
+                            + (
+                                f"its worker {worker} was restarted"
+                                if worker is not None
+                                else "its task was cancelled"
+                            ),
                             context,
                         )
                     )

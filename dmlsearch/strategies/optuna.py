@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib.util
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,19 @@ __all__ = ["SAMPLERS", "OptunaStrategy", "to_optuna_distributions"]
 DEFAULT_N_TRIALS = 10
 _SUBSPACE = "__subspace__"
 _PRIMITIVE = (type(None), bool, int, float, str)
+
+
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Silence Optuna's per-trial INFO logs and experimental warnings, then restore them."""
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            yield
+    finally:
+        optuna.logging.set_verbosity(previous)
 
 
 def _tpe(seed: int) -> BaseSampler:
@@ -64,26 +78,19 @@ def _dimension_to_optuna(name: str, dim: Dimension) -> Dimension:
     if not isinstance(dim, Distribution):
         return dim
     frozen = dim.dist
-    dist_name = getattr(getattr(frozen, "dist", None), "name", None)
-    args = tuple(getattr(frozen, "args", ()))
-    kwds = dict(getattr(frozen, "kwds", {}))
-    loc = float(
-        kwds.get(
-            "loc", args[2] if dist_name in ("loguniform", "reciprocal") and len(args) > 2 else 0.0
-        )
-    )
-    if dist_name == "uniform":
-        low = float(args[0]) if args else float(kwds.get("loc", 0.0))
-        scale = float(args[1]) if len(args) > 1 else float(kwds.get("scale", 1.0))
-        return Float(low, low + scale)
-    if (
-        dist_name in ("loguniform", "reciprocal")
-        and loc == 0.0
-        and float(kwds.get("scale", 1.0)) == 1.0
-    ):
-        return Float(float(args[0]), float(args[1]), log=True)
-    if dist_name == "randint" and len(args) >= 2:
-        return Int(int(args[0]), int(args[1]) - 1)
+    family = getattr(frozen, "dist", None)
+    dist_name = getattr(family, "name", None)
+    if dist_name in ("uniform", "loguniform", "reciprocal", "randint"):
+        low, high = (float(v) for v in frozen.support())
+        n_shapes = int(getattr(family, "numargs", 0))
+        args = tuple(getattr(frozen, "args", ()))
+        loc = float(args[n_shapes]) if len(args) > n_shapes else float(frozen.kwds.get("loc", 0.0))
+        if dist_name == "uniform":
+            return Float(low, high)
+        if dist_name == "randint":
+            return Int(int(low), int(high))
+        if loc == 0.0:  # a scaled log-uniform is still log-uniform; a shifted one is not
+            return Float(low, high, log=True)
     raise SearchSpaceError(
         name,
         f"model-based strategies cannot use the distribution {dist_name or frozen!r}; "
@@ -101,9 +108,9 @@ class _Param:
         self.encoded: list[Any] | None = None
         if isinstance(self.dim, Categorical):
             choices = [c.item() if isinstance(c, np.generic) else c for c in self.dim.choices]
-            if all(isinstance(c, _PRIMITIVE) for c in choices) and len(
-                set(map(repr, choices))
-            ) == len(choices):
+            # Optuna finds a choice by equality: 1, 1.0 and True would collapse into one.
+            distinct = len(set(choices)) == len(choices)
+            if all(isinstance(c, _PRIMITIVE) for c in choices) and distinct:
                 self.encoded = choices
                 self._choices = choices
             else:
@@ -157,8 +164,8 @@ class OptunaStrategy(Strategy):
         self.sampler = sampler
         self._params = to_optuna_distributions(space)
         self._n = DEFAULT_N_TRIALS if n_trials is None else n_trials
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(direction="maximize", sampler=sampler)
+        with _quiet_optuna():
+            self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self._pending: dict[int, Trial] = {}
 
     @property
@@ -168,9 +175,7 @@ class OptunaStrategy(Strategy):
     def ask(self, number: int) -> dict[str, Any] | None:
         if number >= self._n:
             return None
-        with warnings.catch_warnings():
-            # Experimental-feature and independent-sampling warnings say nothing actionable here.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with _quiet_optuna():
             trial = self.study.ask()
             index = 0
             if len(self._params) > 1:
@@ -184,8 +189,7 @@ class OptunaStrategy(Strategy):
         trial = self._pending.pop(number, None)
         if trial is None:
             return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with _quiet_optuna():
             if value is None or not math.isfinite(value):
                 self.study.tell(trial, state=TrialState.FAIL)
             else:

@@ -32,7 +32,10 @@ class FailingClassifier(_MajorityBase):
         self.fail = fail
         self.parameter = parameter
 
-    def fit(self, X: Any, y: Any) -> FailingClassifier:
+    def fit(self, X: Any, y: Any, fail_on_rows: Any = None) -> FailingClassifier:
+        """Fail if ``fail`` is set, or if any training row is flagged in ``fail_on_rows``."""
+        if fail_on_rows is not None and np.asarray(fail_on_rows).any():
+            raise ValueError("FailingClassifier got a flagged training row")
         if self.fail:
             raise ValueError(f"FailingClassifier asked to fail (parameter={self.parameter})")
         self._fit_majority(y)
