@@ -1,12 +1,18 @@
 """dmlsearch: distributed machine learning on Dask.
 
 Hyperparameter search with a scikit-learn-compatible front (:class:`SearchCV`), run
-asynchronously on any Dask cluster (or an embedded ``LocalCluster``).
+asynchronously on any Dask cluster (or an embedded ``LocalCluster``), with results in a
+model registry (:class:`Registry`).
+
+Names are imported lazily (PEP 562): ``import dmlsearch.registry`` in a worker process or
+a CLI command must not pay for scikit-learn and Dask when it does not use them.
 """
 
 from __future__ import annotations
 
-from ._evaluate import TrialOutcome
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .exceptions import (
     AllTrialsFailedError,
     DmlsearchError,
@@ -14,11 +20,20 @@ from .exceptions import (
     SearchSpaceError,
     TrialTimeoutError,
 )
-from .search import SearchCV
-from .space import Categorical, Float, Int, SearchSpace, as_space
-from .strategies import STRATEGIES
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "SearchCV": ".search",
+    "Categorical": ".space",
+    "Float": ".space",
+    "Int": ".space",
+    "SearchSpace": ".space",
+    "as_space": ".space",
+    "STRATEGIES": ".strategies",
+    "TrialOutcome": "._evaluate",
+    "Registry": ".registry.registry",
+}
 
 __all__ = [
     "STRATEGIES",
@@ -28,6 +43,7 @@ __all__ = [
     "Float",
     "Int",
     "InvalidParameterError",
+    "Registry",
     "SearchCV",
     "SearchSpace",
     "SearchSpaceError",
@@ -36,3 +52,23 @@ __all__ = [
     "__version__",
     "as_space",
 ]
+
+if TYPE_CHECKING:
+    from ._evaluate import TrialOutcome
+    from .registry.registry import Registry
+    from .search import SearchCV
+    from .space import Categorical, Float, Int, SearchSpace, as_space
+    from .strategies import STRATEGIES
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dmlsearch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,6 +10,7 @@ import logging
 import math
 import numbers
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -24,10 +25,18 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, EvalContext, SearchData, TrialOutcome
+from ._recording import (
+    PriorRun,
+    SearchRecorder,
+    data_fingerprint,
+    input_signature,
+    outcome_from_record,
+)
 from ._results import build_cv_results
 from ._scoring import Scoring, resolve_scoring
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
+from .registry import FormatError, as_registry
 from .runner import DaskRunner, resolve_client
 from .space import as_space
 from .strategies import Strategy, make_strategy
@@ -97,6 +106,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         How many times a trial lost with its worker is resubmitted.
     progress : bool or None
         Show a progress bar; ``None`` shows it when stderr is a terminal.
+    registry : Registry, str or None
+        Record every trial as it ends (and register ``best_estimator_``) in this registry,
+        or in the one at this database URL. ``None`` records nothing.
+    experiment_name : str, optional
+        The experiment to record into; default ``<Estimator>-<random suffix>``.
+    resume : bool
+        Continue the experiment ``experiment_name``: trials it finished are not rerun,
+        model-based samplers learn from them, and the final count is exact.
 
     Attributes
     ----------
@@ -126,6 +143,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         trial_timeout: float | None = None,
         max_retries: int = 2,
         progress: bool | None = None,
+        registry: Any = None,
+        experiment_name: str | None = None,
+        resume: bool = False,
     ) -> None:
         self.estimator = estimator
         self.search_space = search_space
@@ -142,14 +162,18 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.trial_timeout = trial_timeout
         self.max_retries = max_retries
         self.progress = progress
+        self.registry = registry
+        self.experiment_name = experiment_name
+        self.resume = resume
 
     # -- scikit-learn protocol --------------------------------------------------
     def __sklearn_clone__(self) -> SearchCV:
-        # A Client is a handle to a shared resource, not state: share it, never deepcopy it.
+        # A Client or a Registry is a handle to a shared resource, not state: share it,
+        # never deepcopy it.
         params = self.get_params(deep=False)
-        client = params.pop("client")
+        shared = {k: params.pop(k) for k in ("client", "registry")}
         cloned = {k: clone(v, safe=False) for k, v in params.items()}
-        return type(self)(client=client, **cloned)
+        return type(self)(**shared, **cloned)
 
     def __getstate__(self) -> dict[str, Any]:
         # A fitted search must pickle (joblib.dump); a live Client cannot, and would be
@@ -157,6 +181,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         state = dict(super().__getstate__())
         if not isinstance(state.get("client"), (str, type(None))):
             state["client"] = None
+        registry = state.get("registry")
+        if registry is not None and not isinstance(registry, str):
+            state["registry"] = getattr(registry, "url", None)
         return state
 
     def __sklearn_tags__(self) -> Any:
@@ -213,6 +240,18 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise InvalidParameterError(
                 "error_score", f"must be 'raise' or a number, got {self.error_score!r}"
             )
+        if not isinstance(self.resume, bool):
+            raise InvalidParameterError("resume", f"must be True or False, got {self.resume!r}")
+        if self.experiment_name is not None and (
+            not isinstance(self.experiment_name, str) or not self.experiment_name.strip()
+        ):
+            raise InvalidParameterError(
+                "experiment_name", f"must be a non-empty string, got {self.experiment_name!r}"
+            )
+        if self.resume and (self.registry is None or self.experiment_name is None):
+            raise InvalidParameterError(
+                "resume", "resume=True needs a registry and the experiment_name to continue"
+            )
         if self.progress is not None and not isinstance(self.progress, bool):
             raise InvalidParameterError(
                 "progress", f"must be True, False or None, got {self.progress!r}"
@@ -246,8 +285,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         """
         scoring, refit_metric = self._validate()
         space = as_space(self.search_space)
-        seed = _resolve_seed(self.random_state)
-        strategy = make_strategy(self.strategy, space, self.n_trials, seed)
         X, y, groups = indexable(X, y, groups)
         cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
         splits = [(np.asarray(tr), np.asarray(te)) for tr, te in cv.split(X, y, groups)]
@@ -255,6 +292,27 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise InvalidParameterError("cv", "the splitter produced no splits")
         n_splits = len(splits)
         primary = refit_metric or scoring.names[0]
+        seed = _resolve_seed(self.random_state)
+        # Built now so that a bad strategy or space fails before the registry is touched.
+        strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+
+        recorder: SearchRecorder | None = None
+        prior: PriorRun | None = None
+        if self.registry is not None:
+            registry = as_registry(self.registry)
+            name = self.experiment_name or f"{type(self.estimator).__name__}-{uuid.uuid4().hex[:8]}"
+            recorder = SearchRecorder(registry, name, metric=primary)
+            prior = recorder.open(
+                resume=self.resume,
+                config=self._config_snapshot(seed, n_splits),
+                fingerprint=data_fingerprint(X, y, groups),
+                cluster={"client": self.client if isinstance(self.client, str) else None},
+            )
+            if prior is not None and prior.seed != seed:
+                seed = prior.seed
+                strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+            self.experiment_name_ = name
+            self.experiment_id_ = recorder.experiment_id
 
         context = EvalContext(
             estimator=self.estimator,
@@ -267,9 +325,24 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         )
         data = SearchData(X, y, dict(fit_params))
         outcomes: dict[int, TrialOutcome] = {}
+        skip: set[int] = set()
+        if prior is not None:
+            for record in prior.trials:
+                # Grid and random trials are pure functions of (seed, number): regenerate
+                # their exact parameters; model-based ones come back from the registry.
+                params = record.params if strategy.adaptive else strategy.ask(record.number)
+                if params is None:
+                    continue
+                strategy.restore(record.number, params, record.value)
+                outcomes[record.number] = outcome_from_record(
+                    record, params, n_splits, self.return_train_score
+                )
+                skip.add(record.number)
 
         def on_outcome(outcome: TrialOutcome) -> float | None:
             outcomes[outcome.number] = outcome
+            if recorder is not None:
+                recorder.add(outcome)
             if outcome.state != COMPLETE:
                 return None
             values = [fold.get(primary, np.nan) for fold in outcome.test_scores]
@@ -277,27 +350,81 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             return value if math.isfinite(value) else None
 
         progress = make_progress(self.progress)
-        with resolve_client(self.client) as client:
-            link = getattr(client, "dashboard_link", None)
-            if link:
-                logger.info("dmlsearch: Dask dashboard at %s", link)
-                progress.message(f"Dask dashboard: {link}")
-            runner = DaskRunner(
-                client,
-                max_concurrent_trials=self.max_concurrent_trials,
-                trial_timeout=self.trial_timeout,
-                max_retries=self.max_retries,
-                progress=progress,
-                name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
-            )
-            runner.run(strategy, data, context, seed, on_outcome)
-            self.runner_stats_ = runner.stats
-
-        self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
-        self.seed_ = seed
-        if self.refit:
-            self._refit(X, y, fit_params)
+        try:
+            with resolve_client(self.client) as client:
+                link = getattr(client, "dashboard_link", None)
+                if link:
+                    logger.info("dmlsearch: Dask dashboard at %s", link)
+                    progress.message(f"Dask dashboard: {link}")
+                runner = DaskRunner(
+                    client,
+                    max_concurrent_trials=self.max_concurrent_trials,
+                    trial_timeout=self.trial_timeout,
+                    max_retries=self.max_retries,
+                    progress=progress,
+                    name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
+                )
+                runner.run(
+                    strategy,
+                    data,
+                    context,
+                    seed,
+                    on_outcome,
+                    skip=skip,
+                    on_tick=recorder.tick if recorder is not None else None,
+                )
+                self.runner_stats_ = runner.stats
+        except BaseException as exc:
+            if recorder is not None:
+                recorder.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            raise
+        try:
+            self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
+            self.seed_ = seed
+            if self.refit:
+                self._refit(X, y, fit_params)
+            if recorder is not None:
+                self._register_best(recorder, X)
+        except BaseException:
+            if recorder is not None:
+                recorder.close("failed")
+            raise
+        if recorder is not None:
+            recorder.close("complete")
         return self
+
+    def _config_snapshot(self, seed: int, n_splits: int) -> dict[str, Any]:
+        """What the experiment records about this search (JSON-friendly reprs)."""
+        return {
+            "estimator": repr(self.estimator),
+            "search_space": repr(self.search_space),
+            "strategy": _strategy_name(self.strategy),
+            "n_trials": self.n_trials,
+            "cv": repr(self.cv),
+            "n_splits": n_splits,
+            "scoring": repr(self.scoring),
+            "refit": repr(self.refit),
+            "seed": seed,
+        }
+
+    def _register_best(self, recorder: SearchRecorder, X: Any) -> None:
+        if not hasattr(self, "best_estimator_"):
+            return
+        metrics: dict[str, Any] = {}
+        for key, values in self.cv_results_.items():
+            if key.startswith(("mean_test_", "std_test_")):
+                metrics[key] = float(values[self.best_index_])
+        try:
+            self.model_version_ = recorder.registry.register_model(
+                recorder.name,
+                self.best_estimator_,
+                metrics=metrics,
+                experiment=recorder.experiment_id,
+                trial=self.trials_[self.best_index_].number,
+                signature=input_signature(X),
+            )
+        except FormatError as exc:
+            warnings.warn(f"best_estimator_ was not registered: {exc}", UserWarning, stacklevel=3)
 
     def _finish(
         self,

@@ -202,7 +202,11 @@ class DaskRunner:
         context: EvalContext,
         seed: int,
         on_outcome: Callable[[TrialOutcome], float | None],
+        *,
+        skip: set[int] | frozenset[int] = frozenset(),
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
+        """Run every trial the strategy proposes; ``skip`` lists numbers already done."""
         client = self.client
         run_id = uuid.uuid4().hex[:8]
         data_f = self._scatter(data)
@@ -312,7 +316,13 @@ class DaskRunner:
                 if room is not None:
                     size = min(size, room)
                 specs = []
-                for _ in range(size):
+                while len(specs) < size:
+                    if next_number in skip:  # finished in an earlier, interrupted run
+                        next_number += 1
+                        if total is not None and next_number >= total:
+                            exhausted = True
+                            break
+                        continue
                     params = strategy.ask(next_number)
                     if params is None:
                         exhausted = True
@@ -400,6 +410,8 @@ class DaskRunner:
                         handle(fut)
                 if timeout is not None:
                     check_deadlines()
+                if on_tick is not None:
+                    on_tick()
                 self.progress.update(len(recorded), failed, trials_in_flight(), best)
         except BaseException:
             client.cancel(list(inflight))

@@ -59,3 +59,10 @@ class Strategy(ABC):
 
     def tell(self, number: int, value: float | None) -> None:  # noqa: B027 - optional hook
         """Report the objective of a finished trial (``None`` if it failed)."""
+
+    def restore(self, number: int, params: dict[str, Any], value: float | None) -> None:  # noqa: B027
+        """Learn from trial ``number`` finished in an earlier run (resume); never re-asked.
+
+        Grid and random strategies derive trial ``number`` from the seed alone, so they
+        need nothing; model-based strategies add the trial to their history.
+        """

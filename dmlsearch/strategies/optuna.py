@@ -15,6 +15,12 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.samplers import BaseSampler
 from optuna.trial import Trial, TrialState
 
@@ -118,6 +124,27 @@ class _Param:
                 self.encoded = list(range(len(choices)))
                 self._choices = list(self.dim.choices)
 
+    def distribution(self) -> BaseDistribution:
+        dim = self.dim
+        if isinstance(dim, Float):
+            return FloatDistribution(float(dim.low), float(dim.high), log=dim.log)
+        if isinstance(dim, Int):
+            return IntDistribution(int(dim.low), int(dim.high), log=dim.log, step=int(dim.step))
+        assert self.encoded is not None
+        return CategoricalDistribution(self.encoded)
+
+    def encode(self, value: Any) -> Any:
+        """The value Optuna stores for ``value`` (raises ValueError if it is not a choice)."""
+        if self.encoded is None:
+            return value
+        if self.encoded is self._choices:
+            return self.encoded[self.encoded.index(value)]
+        # Object choices come back from the registry as their repr.
+        for index, choice in enumerate(self._choices):
+            if choice is value or repr(choice) == value or repr(choice) == repr(value):
+                return index
+        raise ValueError(f"{value!r} is not one of the choices of {self.key!r}")
+
     def suggest(self, trial: Trial) -> Any:
         dim = self.dim
         if isinstance(dim, Float):
@@ -184,6 +211,34 @@ class OptunaStrategy(Strategy):
         trial.set_user_attr("dmlsearch_number", number)
         self._pending[number] = trial
         return params
+
+    def restore(self, number: int, params: dict[str, Any], value: float | None) -> None:
+        keys = set(params)
+        index = next((i for i, ps in enumerate(self._params) if {p.key for p in ps} == keys), None)
+        if index is None:
+            return  # not from this space: the sampler simply does not learn from it
+        plist = self._params[index]
+        dists: dict[str, BaseDistribution] = {}
+        values: dict[str, Any] = {}
+        if len(self._params) > 1:
+            dists[_SUBSPACE] = CategoricalDistribution(list(range(len(self._params))))
+            values[_SUBSPACE] = index
+        try:
+            for p in plist:
+                dists[p.name] = p.distribution()
+                values[p.name] = p.encode(params[p.key])
+            finite = value is not None and math.isfinite(value)
+            trial = optuna.trial.create_trial(
+                params=values,
+                distributions=dists,
+                value=float(value) if finite else None,  # type: ignore[arg-type]
+                state=TrialState.COMPLETE if finite else TrialState.FAIL,
+                user_attrs={"dmlsearch_number": number},
+            )
+        except ValueError:
+            return
+        with _quiet_optuna():
+            self.study.add_trial(trial)
 
     def tell(self, number: int, value: float | None) -> None:
         trial = self._pending.pop(number, None)

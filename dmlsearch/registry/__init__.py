@@ -1,0 +1,47 @@
+"""Model registry: experiments, trials, model versions, aliases and lineage.
+
+Metadata lives in a :class:`RegistryStore` (:class:`SQLStore` on SQLite or PostgreSQL);
+artifacts live in a separate content-addressed store and are referenced by sha256.
+"""
+
+from __future__ import annotations
+
+from ._base import (
+    COMPLETE,
+    FAILED,
+    RUNNING,
+    TIMEOUT,
+    AlreadyExistsError,
+    ExperimentRecord,
+    ModelVersionRecord,
+    NotFoundError,
+    RegistryError,
+    RegistryStore,
+    TrialRecord,
+)
+from .artifacts import ArtifactIntegrityError, ArtifactStore
+from .formats import FormatError
+from .registry import Registry, as_registry
+from .sql import SCHEMA_VERSION, SQLStore, default_registry_url
+
+__all__ = [
+    "COMPLETE",
+    "FAILED",
+    "RUNNING",
+    "SCHEMA_VERSION",
+    "TIMEOUT",
+    "AlreadyExistsError",
+    "ArtifactIntegrityError",
+    "ArtifactStore",
+    "ExperimentRecord",
+    "FormatError",
+    "ModelVersionRecord",
+    "NotFoundError",
+    "Registry",
+    "RegistryError",
+    "RegistryStore",
+    "SQLStore",
+    "TrialRecord",
+    "as_registry",
+    "default_registry_url",
+]

@@ -1,0 +1,435 @@
+"""The metadata store of the model registry: records, errors and the abstract store.
+
+Artifacts (model files) live in a separate content-addressed blob store; this module only
+knows their URI and sha256.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..exceptions import DmlsearchError, InvalidParameterError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .._evaluate import TrialOutcome
+
+__all__ = [
+    "COMPLETE",
+    "FAILED",
+    "RUNNING",
+    "TIMEOUT",
+    "AlreadyExistsError",
+    "ExperimentRecord",
+    "ModelVersionRecord",
+    "NotFoundError",
+    "RegistryError",
+    "RegistryStore",
+    "TrialRecord",
+]
+
+_Store = TypeVar("_Store", bound="RegistryStore")
+
+# Trial states; the finished ones equal dmlsearch._evaluate's. Defined here rather than
+# imported so that the registry does not pull in scikit-learn.
+RUNNING = "running"
+COMPLETE = "complete"
+FAILED = "failed"
+TIMEOUT = "timeout"
+
+
+class RegistryError(DmlsearchError):
+    """Base class of the registry's errors."""
+
+
+class NotFoundError(RegistryError, KeyError):
+    """An experiment, model, version or alias does not exist."""
+
+    def __str__(self) -> str:
+        # KeyError would print the message in quotes.
+        return str(self.args[0]) if self.args else ""
+
+
+class AlreadyExistsError(RegistryError):
+    """A name that must be unique is taken."""
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """One experiment: a named search (or training run) and where it ran."""
+
+    id: int
+    name: str
+    status: str
+    created: float
+    config: dict[str, Any]
+    package_versions: dict[str, Any]
+    data_fingerprint: str | None
+    cluster: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial of an experiment, identified by ``(experiment_id, number)``.
+
+    ``scores`` holds per-fold test scores by metric name; ``value`` is the objective
+    (greater is better; NaN is stored as None); ``intermediate`` maps a budget (as a
+    string) to the value reached at that budget.
+    """
+
+    experiment_id: int
+    number: int
+    state: str
+    params: dict[str, Any]
+    scores: dict[str, list[float]]
+    value: float | None = None
+    intermediate: dict[str, float] = field(default_factory=dict)
+    started: float | None = None
+    finished: float | None = None
+    duration: float | None = None
+    worker: str | None = None
+    retries: int = 0
+    error: str | None = None
+    seed: int | None = None
+
+    @classmethod
+    def from_outcome(
+        cls, experiment_id: int, outcome: TrialOutcome, *, metric: str = "score"
+    ) -> TrialRecord:
+        """Build the record of a finished :class:`~dmlsearch.TrialOutcome`.
+
+        ``value`` is the mean over folds of ``metric``, or None when the trial did not
+        complete or a fold score is not finite. Raises InvalidParameterError if a completed
+        trial has no ``metric`` (``"score"`` is the name of a single scorer).
+        """
+        scores: dict[str, list[float]] = {}
+        for fold in outcome.test_scores:
+            for name, score in fold.items():
+                scores.setdefault(name, []).append(float(score))
+        if outcome.state == COMPLETE and scores and metric not in scores:
+            raise InvalidParameterError(
+                "metric", f"trial {outcome.number} has scores {sorted(scores)}, not {metric!r}"
+            )
+        folds = scores.get(metric, [])
+        value: float | None = None
+        if outcome.state == COMPLETE and folds and all(math.isfinite(s) for s in folds):
+            value = math.fsum(folds) / len(folds)
+        return cls(
+            experiment_id=experiment_id,
+            number=outcome.number,
+            state=outcome.state,
+            params=dict(outcome.params),
+            scores=scores,
+            value=value,
+            intermediate={},
+            started=outcome.started,
+            finished=outcome.finished,
+            duration=outcome.duration,
+            worker=outcome.worker,
+            retries=outcome.retries,
+            error=outcome.error,
+            seed=outcome.seed,
+        )
+
+
+@dataclass(frozen=True)
+class ModelVersionRecord:
+    """One immutable version of a registered model.
+
+    ``lineage`` says where it came from: trial number, experiment id and data fingerprint,
+    or the member versions of an ensemble. ``trusted_types`` lists the types a loader may
+    instantiate (for formats such as skops). ``aliases`` are sorted.
+    """
+
+    model: str
+    version: int
+    artifact_uri: str
+    sha256: str
+    format: str
+    metrics: dict[str, Any]
+    signature: dict[str, Any] | None
+    lineage: dict[str, Any]
+    trusted_types: list[str]
+    tags: dict[str, str]
+    aliases: list[str]
+    created: float
+
+
+class RegistryStore(abc.ABC):
+    """Where experiments, trials and model versions are recorded.
+
+    Contract every implementation keeps:
+
+    * Thread safety: one store object may be used from several threads of one process at
+      once. Processes (the driver, CLI, dashboard, other hosts) share state only through the
+      database, never through the object; each process opens its own store.
+    * Writers never lose a write: a call that returns has committed; a call that raises
+      has changed nothing. Each write primitive is one transaction.
+    * Version numbers of a model are unique and increase (1, 2, ...) even under concurrent
+      writers in several processes; a deleted version's number is never reused.
+    * All timestamps are UTC POSIX seconds as floats (``time.time()``).
+    * Records returned are snapshots: changing one changes nothing in the store.
+    * JSON-valued fields round-trip ints, floats (NaN and infinities included), strings,
+      bools, None, lists and str-keyed dicts; tuples come back as lists, numpy scalars and
+      arrays as Python numbers and lists, other objects as their ``repr``.
+
+    Only the primitives are abstract; conveniences (``get_or_create_experiment``,
+    ``trials_dataframe``) are built on them.
+    """
+
+    # -- experiments ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_experiment(
+        self,
+        name: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        package_versions: Mapping[str, Any] | None = None,
+        data_fingerprint: str | None = None,
+        cluster: Mapping[str, Any] | None = None,
+    ) -> ExperimentRecord:
+        """Create an experiment with status ``"running"``.
+
+        Raises AlreadyExistsError if ``name`` is taken and InvalidParameterError if it is
+        empty or longer than 256 characters.
+        """
+
+    @abc.abstractmethod
+    def get_experiment(self, name_or_id: str | int) -> ExperimentRecord:
+        """The experiment with this name (str) or id (int); raises NotFoundError."""
+
+    @abc.abstractmethod
+    def list_experiments(self) -> list[ExperimentRecord]:
+        """Every experiment, oldest (lowest id) first."""
+
+    @abc.abstractmethod
+    def set_experiment_status(self, experiment_id: int, status: str) -> None:
+        """Set the status (``"running"``, ``"finished"``, ``"failed"``...).
+
+        Raises NotFoundError if the experiment does not exist.
+        """
+
+    # -- trials --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def record_trials(self, experiment_id: int, trials: Sequence[TrialRecord]) -> None:
+        """Insert or replace trials, all in one transaction.
+
+        Idempotent upsert by ``(experiment_id, number)``: recording a number again replaces
+        the stored trial. Within one call the last record of a number wins. Raises
+        NotFoundError if the experiment does not exist and InvalidParameterError if a
+        record's ``experiment_id`` differs from ``experiment_id``.
+        """
+
+    @abc.abstractmethod
+    def get_trials(
+        self,
+        experiment_id: int,
+        *,
+        state: str | Sequence[str] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[TrialRecord]:
+        """Trials ordered by number, optionally only those in ``state`` (one or several).
+
+        Raises NotFoundError if the experiment does not exist.
+        """
+
+    @abc.abstractmethod
+    def count_trials(self, experiment_id: int, state: str | Sequence[str] | None = None) -> int:
+        """How many trials (in ``state``) the experiment has; raises NotFoundError."""
+
+    @abc.abstractmethod
+    def leaderboard(self, experiment_id: int, k: int = 10) -> list[TrialRecord]:
+        """The ``k`` completed trials with the greatest value, best first.
+
+        Trials whose value is None (or NaN) are left out; ties go to the lower number.
+        Raises NotFoundError if the experiment does not exist.
+        """
+
+    # -- model versions ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_model_version(
+        self,
+        model: str,
+        *,
+        artifact_uri: str,
+        sha256: str,
+        format: str,
+        metrics: Mapping[str, Any] | None = None,
+        signature: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
+        trusted_types: Sequence[str] = (),
+    ) -> ModelVersionRecord:
+        """Register a new version of ``model`` (created on first use).
+
+        The version is the next integer for that model, unique under concurrent writers.
+        Raises InvalidParameterError if ``model`` is empty or over 256 characters, ``format``
+        over 64, or ``sha256`` not 64 lowercase hex digits; RegistryError if a unique version
+        could not be obtained.
+        """
+
+    @abc.abstractmethod
+    def get_model_version(
+        self, model: str, version: int | None = None, alias: str | None = None
+    ) -> ModelVersionRecord:
+        """A version by number, by alias, or the latest when both are None.
+
+        Raises NotFoundError if the model, version or alias does not exist (or the model
+        has no versions) and InvalidParameterError if both version and alias are given.
+        """
+
+    @abc.abstractmethod
+    def list_model_versions(self, model: str) -> list[ModelVersionRecord]:
+        """Every version of ``model``, oldest first; raises NotFoundError for no such model."""
+
+    @abc.abstractmethod
+    def list_models(self) -> list[str]:
+        """Names of all registered models, sorted."""
+
+    @abc.abstractmethod
+    def search_model_versions(
+        self,
+        *,
+        model: str | None = None,
+        tag: tuple[str, str] | None = None,
+        metric: str | None = None,
+        min_value: float | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[ModelVersionRecord]:
+        """Versions matching every filter given, one page at a time.
+
+        ``tag`` is a ``(key, value)`` pair. ``metric`` keeps versions having that numeric
+        metric (at least ``min_value`` when given) and orders them by it, greatest first;
+        without ``metric`` the order is by model name, then version. Unknown names match
+        nothing (no error).
+        """
+
+    @abc.abstractmethod
+    def set_alias(self, model: str, alias: str, version: int) -> None:
+        """Point ``model@alias`` at ``version``, moving it if it pointed elsewhere.
+
+        Raises NotFoundError if the model or version does not exist and
+        InvalidParameterError if ``alias`` is empty or over 256 characters.
+        """
+
+    @abc.abstractmethod
+    def delete_alias(self, model: str, alias: str) -> None:
+        """Remove ``model@alias``; raises NotFoundError if it does not exist."""
+
+    @abc.abstractmethod
+    def set_tag(self, model: str, version: int, key: str, value: str) -> None:
+        """Set (or replace) a tag of a version.
+
+        Raises NotFoundError for no such version and InvalidParameterError if ``key`` is
+        empty or over 256 characters.
+        """
+
+    @abc.abstractmethod
+    def delete_tag(self, model: str, version: int, key: str) -> None:
+        """Remove a tag of a version; raises NotFoundError if version or tag is missing."""
+
+    @abc.abstractmethod
+    def delete_model_version(self, model: str, version: int) -> None:
+        """Delete a version with its tags and the aliases pointing at it.
+
+        The artifact is left to the garbage collector (see ``referenced_artifacts``).
+        Raises NotFoundError if the version does not exist.
+        """
+
+    @abc.abstractmethod
+    def referenced_artifacts(self) -> set[str]:
+        """The sha256 of every artifact some version still references (for GC)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the store must not be used afterwards."""
+
+    # -- conveniences built on the primitives --------------------------------------------
+
+    def get_or_create_experiment(
+        self,
+        name: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        package_versions: Mapping[str, Any] | None = None,
+        data_fingerprint: str | None = None,
+        cluster: Mapping[str, Any] | None = None,
+    ) -> ExperimentRecord:
+        """The experiment called ``name``, created with these fields if it does not exist."""
+        try:
+            return self.get_experiment(name)
+        except NotFoundError:
+            pass
+        try:
+            return self.create_experiment(
+                name,
+                config=config,
+                package_versions=package_versions,
+                data_fingerprint=data_fingerprint,
+                cluster=cluster,
+            )
+        except AlreadyExistsError:
+            # Another process created it between our two calls.
+            return self.get_experiment(name)
+
+    def trials_dataframe(
+        self, experiment_id: int, state: str | Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """Trials as a DataFrame, one row per trial ordered by number.
+
+        Columns: number, state, value, ``mean_test_<metric>`` per metric, one
+        ``param_<name>`` per parameter (missing where a trial lacks it), started, finished,
+        duration, worker, retries, error, seed.
+        """
+        import pandas as pd
+
+        trials = self.get_trials(experiment_id, state=state)
+        rows = []
+        for t in trials:
+            row: dict[str, Any] = {"number": t.number, "state": t.state, "value": t.value}
+            for name, folds in t.scores.items():
+                row[f"mean_test_{name}"] = math.fsum(folds) / len(folds) if folds else None
+            for name, param in t.params.items():
+                row[f"param_{name}"] = param
+            row.update(
+                started=t.started,
+                finished=t.finished,
+                duration=t.duration,
+                worker=t.worker,
+                retries=t.retries,
+                error=t.error,
+                seed=t.seed,
+            )
+            rows.append(row)
+        columns = ["number", "state", "value"]
+        if not rows:
+            return pd.DataFrame(columns=[*columns, *_TAIL_COLUMNS])
+        frame = pd.DataFrame.from_records(rows)
+        # Stable column order: fixed head, metrics, params, fixed tail.
+        metric_cols = sorted(c for c in frame.columns if c.startswith("mean_test_"))
+        param_cols = sorted(c for c in frame.columns if c.startswith("param_"))
+        return frame[[*columns, *metric_cols, *param_cols, *_TAIL_COLUMNS]]
+
+    def __enter__(self: _Store) -> _Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_TAIL_COLUMNS = ["started", "finished", "duration", "worker", "retries", "error", "seed"]
+
+
+def now() -> float:
+    """The current time as UTC POSIX seconds."""
+    return time.time()

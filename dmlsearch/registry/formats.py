@@ -1,0 +1,158 @@
+"""Model serialisation in native, non-executable formats; pickle only on request.
+
+* scikit-learn estimators (Pipelines included): skops. The types skops does not trust by
+  default are listed at registration and kept in the registry database, not in the
+  artifact, so a swapped artifact cannot widen what a load trusts.
+* xgboost: its own UBJ format (a Booster, or the scikit-learn wrapper with its class).
+* torch modules: the ``state_dict``, loaded back with ``weights_only=True``.
+* anything else: pickle, only with ``allow_pickle=True`` (pickle runs code on load).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import pickle
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..exceptions import DmlsearchError
+
+__all__ = ["FormatError", "Serialized", "dump_model", "load_model"]
+
+SKOPS = "skops"
+XGBOOST_UBJ = "xgboost-ubj"
+TORCH_STATE_DICT = "torch-state-dict"
+PICKLE = "pickle"
+
+
+class FormatError(DmlsearchError):
+    """A model cannot be saved or loaded safely in the requested way."""
+
+
+@dataclass(frozen=True)
+class Serialized:
+    """A model as bytes, with what is needed to load it back."""
+
+    data: bytes
+    format: str
+    trusted_types: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _class_path(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import_class(path: str) -> Any:
+    module, _, name = path.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _is_torch_module(model: Any) -> bool:
+    # Only a model built with torch can be a torch module: never import torch to find out.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def _xgb_kind(model: Any) -> str | None:
+    if not type(model).__module__.startswith("xgboost"):
+        return None
+    import xgboost
+
+    if isinstance(model, xgboost.Booster):
+        return "booster"
+    if isinstance(model, xgboost.XGBModel):
+        return "sklearn"
+    return None
+
+
+def dump_model(model: Any, *, allow_pickle: bool = False) -> Serialized:
+    """Serialise ``model`` in the safest format that fits it."""
+    kind = _xgb_kind(model)
+    if kind == "booster":
+        return Serialized(bytes(model.save_raw(raw_format="ubj")), XGBOOST_UBJ, meta={"kind": kind})
+    if kind == "sklearn":
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.ubj")
+            model.save_model(path)
+            with open(path, "rb") as fh:
+                data = fh.read()
+        return Serialized(data, XGBOOST_UBJ, meta={"kind": kind, "class": _class_path(model)})
+    if _is_torch_module(model):
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        return Serialized(buffer.getvalue(), TORCH_STATE_DICT, meta={"class": _class_path(model)})
+    if hasattr(model, "get_params") and hasattr(model, "fit"):
+        import skops.io as sio
+
+        try:
+            data = sio.dumps(model)
+        except Exception as exc:  # skops refuses some objects: say which way out
+            if allow_pickle:
+                return Serialized(pickle.dumps(model), PICKLE)
+            raise FormatError(
+                f"skops cannot serialise {type(model).__name__} ({exc}); pass "
+                "allow_pickle=True if you trust everyone who can read the artifact store"
+            ) from exc
+        return Serialized(data, SKOPS, trusted_types=list(sio.get_untrusted_types(data=data)))
+    if allow_pickle:
+        return Serialized(pickle.dumps(model), PICKLE)
+    raise FormatError(
+        f"no safe format for {type(model).__name__}: dmlsearch saves scikit-learn estimators "
+        "(skops), xgboost models and torch modules; pass allow_pickle=True to pickle it"
+    )
+
+
+def load_model(serialized: Serialized, *, allow_pickle: bool = False, module: Any = None) -> Any:
+    """Load what :func:`dump_model` wrote; ``module`` receives a torch ``state_dict``."""
+    fmt = serialized.format
+    if fmt == SKOPS:
+        import skops.io as sio
+
+        try:
+            return sio.loads(serialized.data, trusted=list(serialized.trusted_types))
+        except Exception as exc:  # surface skops' refusal as ours
+            raise FormatError(f"skops refused to load the model: {exc}") from exc
+    if fmt == XGBOOST_UBJ:
+        import xgboost
+
+        if serialized.meta.get("kind") == "booster":
+            booster = xgboost.Booster()
+            booster.load_model(bytearray(serialized.data))
+            return booster
+        cls = _import_class(serialized.meta["class"])
+        if not (isinstance(cls, type) and issubclass(cls, xgboost.XGBModel)):
+            raise FormatError(f"{serialized.meta['class']} is not an xgboost model class")
+        model = cls()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.ubj")
+            with open(path, "wb") as fh:
+                fh.write(serialized.data)
+            model.load_model(path)
+        return model
+    if fmt == TORCH_STATE_DICT:
+        import torch
+
+        state = torch.load(io.BytesIO(serialized.data), weights_only=True)
+        if module is None:
+            return state
+        module.load_state_dict(state)
+        return module
+    if fmt == PICKLE:
+        if not allow_pickle:
+            raise FormatError(
+                "this model was saved with pickle, which runs code on load; pass "
+                "allow_pickle=True only if you trust whoever could write the artifact store"
+            )
+        return pickle.loads(serialized.data)  # the caller explicitly allowed pickle
+    raise FormatError(f"unknown model format {fmt!r}")

@@ -1,0 +1,259 @@
+"""Registry facade: artifacts, formats, models and aliases, and SearchCV recording/resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from dmlsearch import Float, InvalidParameterError, Registry, SearchCV
+from dmlsearch.registry import ArtifactIntegrityError, ArtifactStore, FormatError, NotFoundError
+from dmlsearch.registry.formats import dump_model, load_model
+from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Registry]:
+    artifacts = str(tmp_path / "artifacts")
+    if request.param == "sqlite":
+        with Registry(f"sqlite:///{tmp_path / 'reg.db'}", artifacts) as reg:
+            yield reg
+    else:
+        with (
+            postgres_schema(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)) as url,
+            Registry(url, artifacts) as reg,
+        ):
+            yield reg
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_classification(n_samples=80, n_features=5, random_state=0)
+
+
+def test_artifacts_are_content_addressed_and_verified(tmp_path):
+    store = ArtifactStore(str(tmp_path / "blobs"))
+    uri, digest = store.put(b"hello model")
+    assert store.put(b"hello model") == (uri, digest)
+    assert store.get(digest) == b"hello model"
+    path = Path(uri)
+    raw = bytearray(path.read_bytes())
+    raw[0] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactIntegrityError, match="corrupt"):
+        store.get(digest)
+    path.write_bytes(b"hello")
+    with pytest.raises(ArtifactIntegrityError):
+        store.get(digest)
+    path.unlink()
+    with pytest.raises(ArtifactIntegrityError, match="missing"):
+        store.get(digest)
+
+
+def test_formats_refuse_pickle_unless_allowed():
+    class Opaque:
+        pass
+
+    with pytest.raises(FormatError, match="allow_pickle=True"):
+        dump_model(Opaque())
+    serialized = dump_model({"weights": [1, 2]}, allow_pickle=True)
+    assert serialized.format == "pickle"
+    with pytest.raises(FormatError, match="runs code on load"):
+        load_model(serialized)
+    assert load_model(serialized, allow_pickle=True) == {"weights": [1, 2]}
+
+
+def test_torch_state_dict_round_trip():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(3, 2)
+    serialized = dump_model(model)
+    assert serialized.format == "torch-state-dict"
+    fresh = torch.nn.Linear(3, 2)
+    loaded = load_model(serialized, module=fresh)
+    assert torch.equal(loaded.weight, model.weight)
+
+
+def test_register_load_alias_delete_gc(registry, data):
+    X, y = data
+    model = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y)
+    v1 = registry.register_model("clf", model, metrics={"accuracy": 0.9})
+    v2 = registry.register_model(
+        "clf", LogisticRegression(C=0.1).fit(X, y), metrics={"accuracy": 0.8}
+    )
+    assert (v1.version, v2.version) == (1, 2)
+    assert v1.format == "skops"
+    np.testing.assert_array_equal(
+        registry.load_model("clf", version=1).predict(X), model.predict(X)
+    )
+    registry.set_alias("clf", "champion", 1)
+    assert registry.model_version("clf@champion").version == 1
+    np.testing.assert_array_equal(registry.load_model("clf@champion").predict(X), model.predict(X))
+    best = registry.search_models(name="clf", metric="accuracy")
+    assert [r.version for r in best] == [1, 2]
+    assert registry.verify() == {("clf", 1): True, ("clf", 2): True}
+    registry.delete_version("clf", 1)
+    with pytest.raises(NotFoundError):
+        registry.model_version("clf@champion")
+    removed = registry.gc()
+    assert removed == [v1.sha256]
+    assert registry.verify() == {("clf", 2): True}
+
+
+def test_tampered_model_is_refused(registry, data):
+    X, y = data
+    record = registry.register_model("m", LogisticRegression().fit(X, y))
+    path = Path(record.artifact_uri)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactIntegrityError):
+        registry.load_model("m")
+    assert registry.verify() == {("m", 1): False}
+
+
+@pytest.mark.cluster
+def test_search_records_every_trial_and_registers_the_best(registry, client, data):
+    X, y = data
+    search = SearchCV(
+        LogisticRegression(),
+        {"C": Float(1e-3, 1e2, log=True)},
+        n_trials=8,
+        cv=3,
+        client=client,
+        random_state=0,
+        registry=registry,
+        experiment_name="lr",
+    ).fit(X, y)
+    trials = registry.trials("lr")
+    assert list(trials["number"]) == list(range(8))
+    assert set(trials["state"]) == {"complete"}
+    np.testing.assert_allclose(
+        trials["value"].to_numpy(), search.cv_results_["mean_test_score"], rtol=0, atol=1e-12
+    )
+    assert registry.experiment("lr").status == "complete"
+    version = search.model_version_
+    assert version.lineage["trial"] == search.best_index_
+    assert version.lineage["experiment"] == "lr"
+    assert version.signature["n_features"] == 5
+    np.testing.assert_array_equal(registry.load_model("lr").predict(X), search.predict(X))
+    board = registry.leaderboard("lr", k=3)
+    assert board["value"].iloc[0] == pytest.approx(search.best_score_)
+    with pytest.raises(InvalidParameterError, match="already exists"):
+        SearchCV(
+            LogisticRegression(),
+            {"C": [1.0]},
+            client=client,
+            registry=registry,
+            experiment_name="lr",
+        ).fit(X, y)
+
+
+@pytest.mark.cluster
+def test_resume_model_based_search_continues_the_sampler(client, data, tmp_path):
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    kwargs = dict(
+        strategy="tpe", cv=2, client=client, random_state=3, registry=url, experiment_name="tpe"
+    )
+    space = {"C": Float(1e-3, 1e2, log=True)}
+    first = SearchCV(LogisticRegression(), space, n_trials=6, **kwargs).fit(X, y)
+    resumed = SearchCV(LogisticRegression(), space, n_trials=10, resume=True, **kwargs).fit(X, y)
+    assert [t.number for t in resumed.trials_] == list(range(10))
+    for old, new in zip(first.trials_, resumed.trials_[:6], strict=True):
+        assert new.started == pytest.approx(old.started)  # not rerun
+        assert new.params["C"] == pytest.approx(old.params["C"])
+    assert len(resumed.cv_results_["params"]) == 10
+    with Registry(url) as reg:
+        assert reg.store.count_trials(reg.experiment("tpe").id) == 10
+
+
+def test_resume_needs_registry_and_name(data):
+    X, y = data
+    with pytest.raises(InvalidParameterError) as info:
+        SearchCV(LogisticRegression(), {"C": [1.0]}, resume=True, client="tcp://127.0.0.1:9").fit(
+            X, y
+        )
+    assert info.value.param == "resume"
+
+
+@pytest.mark.cluster
+def test_driver_killed_mid_search_resumes_exactly(cluster, tmp_path):
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    script = tmp_path / "search.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from distributed import Client
+            from sklearn.datasets import make_classification
+            from dmlsearch import SearchCV
+            from dmlsearch.testing import SleepyClassifier
+
+            if __name__ == "__main__":
+                X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+                with Client({cluster.scheduler_address!r}, set_as_default=False) as client:
+                    SearchCV(SleepyClassifier(seconds=0.1), {{"parameter": list(range(30))}},
+                             strategy="grid", cv=2, client=client, registry={url!r},
+                             experiment_name="killed").fit(X, y)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    done_before = 0
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            try:
+                with Registry(url) as reg:
+                    done_before = reg.store.count_trials(reg.experiment("killed").id)
+            except (NotFoundError, Exception):  # the database may not exist yet
+                continue
+            if done_before >= 6:
+                break
+        assert proc.poll() is None, "the search finished before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with Registry(url) as reg:
+        before = {t.number: t.started for t in reg.store.get_trials(reg.experiment("killed").id)}
+    assert 6 <= len(before) < 30
+    from distributed import Client
+
+    from dmlsearch.testing import SleepyClassifier
+
+    X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+    with Client(cluster, set_as_default=False) as client:
+        resumed = SearchCV(
+            SleepyClassifier(seconds=0.1),
+            {"parameter": list(range(30))},
+            strategy="grid",
+            cv=2,
+            client=client,
+            registry=url,
+            experiment_name="killed",
+            resume=True,
+        ).fit(X, y)
+    assert [t.number for t in resumed.trials_] == list(range(30))
+    for number, started in before.items():
+        assert resumed.trials_[number].started == pytest.approx(started)  # not rerun
+    assert resumed.runner_stats_.batch_sizes and sum(resumed.runner_stats_.batch_sizes) == 30 - len(
+        before
+    )
+    with Registry(url) as reg:
+        exp = reg.experiment("killed")
+        assert reg.store.count_trials(exp.id) == 30
+        assert exp.status == "complete"
