@@ -257,3 +257,28 @@ def test_driver_killed_mid_search_resumes_exactly(cluster, tmp_path):
         exp = reg.experiment("killed")
         assert reg.store.count_trials(exp.id) == 30
         assert exp.status == "complete"
+
+
+def test_export_to_optuna(registry):
+    from dmlsearch.registry import TrialRecord
+
+    exp = registry.store.create_experiment("exported")
+    records = [
+        TrialRecord(
+            exp.id,
+            i,
+            "complete",
+            {"C": 10.0 ** (i - 3), "kernel": ["rbf", "linear"][i % 2]},
+            {"score": [0.5 + i / 100]},
+            value=0.5 + i / 100,
+        )
+        for i in range(6)
+    ]
+    records.append(TrialRecord(exp.id, 6, "failed", {"C": 1.0, "kernel": "rbf"}, {}, error="boom"))
+    registry.store.record_trials(exp.id, records)
+    study = registry.to_optuna("exported")
+    assert len(study.trials) == 7
+    assert study.best_value == pytest.approx(0.55)
+    assert study.best_params["kernel"] == "linear"
+    assert study.trials[-1].state.name == "FAIL"
+    assert study.trials[0].distributions["C"].log

@@ -105,6 +105,41 @@ class Registry:
         ]
         return pd.DataFrame(rows)
 
+    def to_optuna(self, experiment: str | int, storage: Any = None) -> Any:
+        """Copy an experiment's trials into an Optuna study (maximised objective).
+
+        ``optuna.visualization`` and optuna-dashboard then work on our trials. ``storage``
+        is any Optuna storage (URL or object); default in memory. Distributions are
+        inferred from the recorded values: numbers span their observed range (log scale
+        when positive over more than two decades), anything else is categorical.
+        """
+        import optuna
+
+        exp = self.store.get_experiment(experiment)
+        trials = self.store.get_trials(exp.id)
+        distributions = _infer_distributions([t.params for t in trials])
+        study = optuna.create_study(
+            study_name=exp.name, storage=storage, direction="maximize", load_if_exists=False
+        )
+        study.set_user_attr("dmlsearch_experiment_id", exp.id)
+        frozen = []
+        for t in trials:
+            params = {k: _optuna_value(v) for k, v in t.params.items() if k in distributions}
+            complete = t.state == "complete" and t.value is not None
+            frozen.append(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions={k: distributions[k] for k in params},
+                    value=t.value if complete else None,
+                    state=optuna.trial.TrialState.COMPLETE
+                    if complete
+                    else optuna.trial.TrialState.FAIL,
+                    user_attrs={"dmlsearch_number": t.number, "worker": t.worker or ""},
+                )
+            )
+        study.add_trials(frozen)
+        return study
+
     # -- models -----------------------------------------------------------------------------
     def register_model(
         self,
@@ -219,6 +254,39 @@ class Registry:
         for digest in removed:
             self.artifacts.delete(digest)
         return removed
+
+
+def _optuna_value(value: Any) -> Any:
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return value
+    return repr(value)
+
+
+def _infer_distributions(all_params: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    import math
+
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    values: dict[str, list[Any]] = {}
+    for params in all_params:
+        for key, value in params.items():
+            values.setdefault(key, []).append(_optuna_value(value))
+    out: dict[str, Any] = {}
+    for key, vals in values.items():
+        numeric = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numeric) == len(vals) and all(math.isfinite(v) for v in numeric):
+            low, high = float(min(numeric)), float(max(numeric))
+            log = low > 0 and high / low > 100
+            out[key] = FloatDistribution(low, high if high > low else low + 1e-12, log=log)
+        else:
+            choices: list[Any] = []
+            for v in vals:
+                if v not in choices:
+                    choices.append(v)
+            out[key] = CategoricalDistribution(choices)
+    return out
 
 
 def as_registry(registry: Any) -> Registry:
