@@ -1,0 +1,337 @@
+"""Large data: 16 short trials on a 200 MB array, by five ways of shipping the data.
+
+What is measured
+    X is 500,000 x 50 float64 (200 MB; ``--quick``: 20,000 x 50), y binary; 16 trials of
+    ``SGDClassifier(alpha=a, max_iter=5, tol=None, random_state=0)``, alpha on
+    ``np.logspace(-6, 1, 16)``, ``cv=KFold(2)``, no refit. Approaches, all on one 2-worker
+    cluster:
+
+    (a) scatter-once: ``client.scatter`` X and y once, submit 16 ``cross_val_score`` tasks
+        taking the futures, gather;
+    (b) scikit-learn ``GridSearchCV(n_jobs=-1)`` under joblib's Dask backend;
+    (c) dask-ml ``GridSearchCV(scheduler=client)``;
+    (d) closure: 16 ``client.submit`` of a function that captures X and y;
+    (e) dmlsearch ``SearchCV(strategy="grid", cv=KFold(2))``.
+
+    Each (approach, repeat) runs in a fresh child process of this script (``--only NAME``)
+    that connects to the parent's cluster and loads the data the parent generated once
+    (``np.load`` of a temporary ``.npy``), so every driver starts from the same state; an
+    untimed warm-up run on the first 2,000 rows precedes the measured run.
+    Reported: wall time of the approach (median of ``--repeats``; data load and client
+    connection excluded), ratio to (a), the driver's peak RSS minus its RSS just before the
+    approach (psutil, sampler thread every 20 ms), the same for the workers (a sampler
+    thread on each worker, summed over workers), the workers' RSS after the approach once
+    its futures are released, and the scheduler's RSS. The best alpha and score are
+    printed to check that all approaches computed the same thing. Repeats are interleaved
+    and the order of the approaches rotates by one at each repeat.
+
+Rerun
+    python experiments/benchmarks/large_data.py            # 500,000 rows, 3 repeats
+    python experiments/benchmarks/large_data.py --quick    # 20,000 rows, 1 repeat
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from _common import (
+    MB,
+    PeakRSS,
+    local_cluster,
+    median,
+    print_header,
+    print_table,
+    quiet_warnings,
+    timer,
+    warm_up,
+    worker_rss_mb,
+)
+from distributed import Client
+from sklearn.linear_model import SGDClassifier
+from sklearn.model_selection import KFold, cross_val_score
+
+N_WORKERS = 2
+N_FEATURES = 50
+ALPHAS = np.logspace(-6, 1, 16)
+APPROACHES = {
+    "a": "(a) scatter-once loop",
+    "b": "(b) GridSearchCV + joblib dask",
+    "c": "(c) dask-ml GridSearchCV",
+    "d": "(d) closure capturing X, y",
+    "e": "(e) dmlsearch SearchCV grid",
+}
+
+
+def _sgd(alpha: float = 1e-4) -> SGDClassifier:
+    return SGDClassifier(alpha=alpha, max_iter=5, tol=None, random_state=0)
+
+
+def _cv_mean(X: np.ndarray, y: np.ndarray, alpha: float) -> float:
+    quiet_warnings()
+    return float(cross_val_score(_sgd(alpha), X, y, cv=KFold(2)).mean())
+
+
+# -- the five approaches: each returns the 16 mean CV scores, in ALPHAS order ---------------
+def run_scatter_once(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    X_f = client.scatter(X, hash=False)
+    y_f = client.scatter(y, hash=False)
+    futures = [client.submit(_cv_mean, X_f, y_f, a, pure=False) for a in ALPHAS]
+    scores = client.gather(futures)
+    del futures, X_f, y_f
+    return list(scores)
+
+
+def run_joblib_dask(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    import joblib
+    from sklearn.model_selection import GridSearchCV
+
+    with joblib.parallel_config(backend="dask", client=client):
+        gs = GridSearchCV(_sgd(), {"alpha": list(ALPHAS)}, cv=KFold(2), n_jobs=-1, refit=False)
+        gs.fit(X, y)
+    return list(gs.cv_results_["mean_test_score"])
+
+
+def run_dask_ml(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    from dask_ml.model_selection import GridSearchCV
+
+    gs = GridSearchCV(_sgd(), {"alpha": list(ALPHAS)}, cv=KFold(2), scheduler=client, refit=False)
+    gs.fit(X, y)
+    return list(gs.cv_results_["mean_test_score"])
+
+
+def run_closure(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    def make_task(alpha: float) -> Callable[[], float]:
+        def task() -> float:
+            return _cv_mean(X, y, alpha)
+
+        return task
+
+    futures = [client.submit(make_task(a), pure=False) for a in ALPHAS]
+    scores = client.gather(futures)
+    del futures
+    return list(scores)
+
+
+def run_dmlsearch(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    import dmlsearch
+
+    search = dmlsearch.SearchCV(
+        _sgd(),
+        {"alpha": list(ALPHAS)},
+        strategy="grid",
+        cv=KFold(2),
+        refit=False,
+        client=client,
+        random_state=0,
+        progress=False,
+    )
+    search.fit(X, y)
+    return list(search.cv_results_["mean_test_score"])
+
+
+RUNNERS: dict[str, Callable[[Client, np.ndarray, np.ndarray], list[float]]] = {
+    "a": run_scatter_once,
+    "b": run_joblib_dask,
+    "c": run_dask_ml,
+    "d": run_closure,
+    "e": run_dmlsearch,
+}
+
+
+# -- peak RSS and CPU time of the workers and the scheduler -------------------------------
+def _start_sampler(dask_worker: Any = None, dask_scheduler: Any = None) -> int:
+    state: dict[str, Any] = {"peak": 0, "stop": threading.Event()}
+    proc = psutil.Process()
+
+    def loop() -> None:
+        while not state["stop"].is_set():
+            state["peak"] = max(state["peak"], int(proc.memory_info().rss))
+            state["stop"].wait(0.02)
+
+    state["peak"] = int(proc.memory_info().rss)
+    cpu = proc.cpu_times()
+    state["cpu"] = cpu.user + cpu.system
+    threading.Thread(target=loop, daemon=True).start()
+    (dask_worker or dask_scheduler)._bench_rss = state
+    return int(state["peak"])
+
+
+def _stop_sampler(dask_worker: Any = None, dask_scheduler: Any = None) -> tuple[int, float]:
+    state = (dask_worker or dask_scheduler)._bench_rss
+    state["stop"].set()
+    proc = psutil.Process()
+    cpu = proc.cpu_times()
+    peak = max(state["peak"], int(proc.memory_info().rss))
+    return peak, cpu.user + cpu.system - state["cpu"]
+
+
+# -- child: one approach, one repeat --------------------------------------------------------
+def child(name: str, scheduler: str, data_dir: str) -> dict[str, Any]:
+    import dask_ml.model_selection  # noqa: F401  (imports are not part of the timing)
+    import joblib  # noqa: F401
+
+    import dmlsearch  # noqa: F401
+
+    quiet_warnings()
+    client = Client(scheduler)
+    client.wait_for_workers(N_WORKERS)
+    X = np.load(Path(data_dir) / "X.npy")
+    y = np.load(Path(data_dir) / "y.npy")
+    RUNNERS[name](client, X[:2000].copy(), y[:2000].copy())  # untimed warm-up (lazy imports)
+    gc.collect()
+    time.sleep(0.2)
+    before = client.run(_start_sampler)
+    sched_before = client.run_on_scheduler(_start_sampler)
+    with PeakRSS(0.02) as mem, timer() as t:
+        scores = RUNNERS[name](client, X, y)
+    peaks = client.run(_stop_sampler)
+    sched_peak = client.run_on_scheduler(_stop_sampler)[0]
+    gc.collect()
+    time.sleep(0.5)  # let the scheduler release what this approach left
+    best = int(np.nanargmax(scores))
+    result = {
+        "wall": t[0],
+        "driver_peak_mb": mem.delta_mb,
+        "driver_base_mb": mem.baseline / MB,
+        "worker_peak_mb": sum(peaks[w][0] - before[w] for w in before) / MB,
+        "worker_cpu_s": [round(peaks[w][1], 2) for w in sorted(peaks)],
+        "scheduler_peak_mb": (sched_peak - sched_before) / MB,
+        "worker_after_mb": sum(worker_rss_mb(client)),
+        "best_alpha": float(ALPHAS[best]),
+        "best_score": float(scores[best]),
+    }
+    client.close()
+    return result
+
+
+def run_child(name: str, scheduler: str, data_dir: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--only", name, "--scheduler", scheduler, "--data", data_dir]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.stdout.write(proc.stdout + proc.stderr)
+        raise RuntimeError(f"approach {name} failed with exit code {proc.returncode}")
+    result = dict(json.loads(lines[-1][len("RESULT ") :]))
+    result["stderr"] = [ln for ln in proc.stderr.splitlines() if "Warning" in ln][:3]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20,000 rows, 1 repeat")
+    parser.add_argument("--rows", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--only", choices=sorted(RUNNERS), help="child mode: one approach")
+    parser.add_argument("--scheduler", help="child mode: scheduler address")
+    parser.add_argument("--data", help="child mode: folder with X.npy and y.npy")
+    args = parser.parse_args(argv)
+    if args.only:
+        if not (args.scheduler and args.data):
+            parser.error("--only needs --scheduler and --data (the parent passes them)")
+        print("RESULT " + json.dumps(child(args.only, args.scheduler, args.data)), flush=True)
+        return 0
+
+    rows = args.rows or (20_000 if args.quick else 500_000)
+    repeats = args.repeats or (1 if args.quick else 3)
+    quiet_warnings()
+    print_header(
+        "large data: 16 trials on one big array",
+        ["experiments/benchmarks/large_data.py", *sys.argv[1:]],
+    )
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((rows, N_FEATURES))
+    y = (X @ rng.standard_normal(N_FEATURES) + rng.standard_normal(rows) > 0).astype(np.int64)
+    print(
+        f"workload: X {rows:,} x {N_FEATURES} float64 ({X.nbytes / MB:.0f} MB), y binary; "
+        f"16 x SGDClassifier(alpha, max_iter=5, tol=None), cv=KFold(2), no refit; "
+        f"repeats={repeats}; each run in a fresh child process on the shared cluster"
+    )
+    with tempfile.TemporaryDirectory(prefix="dmlsearch-bench-") as data_dir:
+        np.save(Path(data_dir) / "X.npy", X)
+        np.save(Path(data_dir) / "y.npy", y)
+        del X, y
+        gc.collect()
+        results: dict[str, list[dict[str, Any]]] = {k: [] for k in RUNNERS}
+        with local_cluster(N_WORKERS) as client:
+            warm_up(client, N_WORKERS)
+            address = client.scheduler.address
+            names = list(RUNNERS)
+            for r in range(repeats):
+                # Rotate the order so no approach always runs first on a fresh allocator.
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    res = run_child(name, address, data_dir)
+                    results[name].append(res)
+                    print(
+                        f"  repeat {r + 1}/{repeats}  {APPROACHES[name]:<32} {res['wall']:7.2f} s"
+                        f"  driver +{res['driver_peak_mb']:7.1f} MB  workers "
+                        f"+{res['worker_peak_mb']:7.1f} MB  after {res['worker_after_mb']:7.1f} MB",
+                        flush=True,
+                    )
+            final_workers = worker_rss_mb(client)
+    for name in RUNNERS:
+        warned = sorted({ln.strip() for res in results[name] for ln in res["stderr"]})
+        for line in warned:
+            print(f"  {APPROACHES[name]} driver warned: {line[:200]}")
+
+    def med(name: str, key: str) -> float:
+        return median([res[key] for res in results[name]])
+
+    ref = med("a", "wall")
+    table = []
+    for name in RUNNERS:
+        last = results[name][-1]
+        table.append(
+            [
+                APPROACHES[name],
+                med(name, "wall"),
+                med(name, "wall") / ref,
+                med(name, "driver_peak_mb"),
+                med(name, "worker_peak_mb"),
+                last["worker_after_mb"],
+                med(name, "scheduler_peak_mb"),
+                "/".join(f"{c:.1f}" for c in last["worker_cpu_s"]),
+                f"{last['best_alpha']:.3g}",
+                f"{last['best_score']:.4f}",
+            ]
+        )
+    print(f"\n-- large data: medians of {repeats} repeat(s); memory in MB")
+    print_table(
+        [
+            "approach",
+            "wall s",
+            "x (a)",
+            "driver peak +",
+            "workers peak +",
+            "workers after",
+            "scheduler peak +",
+            "worker CPU s",
+            "best alpha",
+            "best score",
+        ],
+        table,
+    )
+    print(
+        "driver peak + = driver peak RSS minus its RSS before the approach (data already "
+        "loaded); workers peak + = sum over workers of peak minus RSS before the approach; "
+        "workers after = sum of worker RSS after the approach, futures released (last "
+        "repeat); scheduler peak + likewise for the scheduler; worker CPU s = CPU seconds "
+        "each worker used during the approach (last repeat); workers at the end: "
+        f"{', '.join(f'{m:.0f}' for m in final_workers)} MB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
