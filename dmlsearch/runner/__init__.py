@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from ._batching import AdaptiveBatcher
-from .dask import DaskRunner, embedded_cluster, resolve_client, trial_seed
+from .dask import DaskRunner, embedded_cluster, resolve_client, start_local_cluster, trial_seed
 
-__all__ = ["AdaptiveBatcher", "DaskRunner", "embedded_cluster", "resolve_client", "trial_seed"]
+__all__ = [
+    "AdaptiveBatcher",
+    "DaskRunner",
+    "embedded_cluster",
+    "resolve_client",
+    "start_local_cluster",
+    "trial_seed",
+]

@@ -44,7 +44,13 @@ from ..progress import NullProgress
 from ..strategies import Strategy
 from ._batching import AdaptiveBatcher
 
-__all__ = ["DaskRunner", "embedded_cluster", "resolve_client", "trial_seed"]
+__all__ = [
+    "DaskRunner",
+    "embedded_cluster",
+    "resolve_client",
+    "start_local_cluster",
+    "trial_seed",
+]
 
 logger = logging.getLogger("dmlsearch")
 
@@ -56,22 +62,28 @@ def trial_seed(seed: int, number: int) -> int:
     return int(np.random.SeedSequence(seed, spawn_key=(number, 1)).generate_state(1)[0])
 
 
-@contextmanager
-def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
-    """A LocalCluster of single-thread worker processes on 127.0.0.1, closed on exit.
+def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1) -> LocalCluster:
+    """Worker processes on 127.0.0.1, a dashboard on a free port, the worker profiler off.
 
-    The worker profiler is turned off: it samples every thread every 10 ms and costs
-    about a third of the throughput of tiny trials (docs/benchmarks.md).
+    The profiler samples every thread every 10 ms and costs about a third of the
+    throughput of tiny trials (docs/benchmarks.md). The embedded default, the tests and
+    the benchmarks all start their clusters here.
     """
     with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = LocalCluster(
+        return LocalCluster(
             n_workers=n_workers,
-            threads_per_worker=1,
+            threads_per_worker=threads_per_worker,
             processes=True,
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0",
             silence_logs=logging.ERROR,
         )
+
+
+@contextmanager
+def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
+    """A :func:`start_local_cluster` with a client, both closed on exit."""
+    cluster = start_local_cluster(n_workers)
     client = Client(cluster, set_as_default=False)
     try:
         yield client

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import logging
 import os
 import platform
 import statistics
@@ -22,7 +21,7 @@ from typing import Any
 
 import dask
 import psutil
-from distributed import Client, LocalCluster
+from distributed import Client
 
 MB = 1024.0**2
 
@@ -37,15 +36,9 @@ CLUSTER_NOTE = (
 @contextmanager
 def local_cluster(n_workers: int = 2) -> Iterator[Client]:
     """The benchmark cluster: single-thread worker processes, worker profiler off."""
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.ERROR,
-        )
+    from dmlsearch.runner import start_local_cluster
+
+    cluster = start_local_cluster(n_workers)
     client = Client(cluster)  # also the default client (joblib's Dask backend uses it)
     try:
         yield client
