@@ -63,8 +63,11 @@ class SearchRecorder:
         metric: str,
         flush_seconds: float = 0.5,
         flush_size: int = 500,
+        owns_registry: bool = False,
     ) -> None:
         self.registry = registry
+        # A registry opened from a URL for this search is closed with it.
+        self.owns_registry = owns_registry
         self.store = registry.store
         self.name = name
         self.metric = metric
@@ -136,9 +139,13 @@ class SearchRecorder:
         self._last_flush = time.monotonic()
 
     def close(self, status: str) -> None:
-        self.flush()
-        if self.experiment_id is not None:
-            self.store.set_experiment_status(self.experiment_id, status)
+        try:
+            self.flush()
+            if self.experiment_id is not None:
+                self.store.set_experiment_status(self.experiment_id, status)
+        finally:
+            if self.owns_registry:
+                self.registry.close()
 
 
 def outcome_from_record(

@@ -301,13 +301,20 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         if self.registry is not None:
             registry = as_registry(self.registry)
             name = self.experiment_name or f"{type(self.estimator).__name__}-{uuid.uuid4().hex[:8]}"
-            recorder = SearchRecorder(registry, name, metric=primary)
-            prior = recorder.open(
-                resume=self.resume,
-                config=self._config_snapshot(seed, n_splits),
-                fingerprint=data_fingerprint(X, y, groups),
-                cluster={"client": self.client if isinstance(self.client, str) else None},
+            recorder = SearchRecorder(
+                registry, name, metric=primary, owns_registry=registry is not self.registry
             )
+            try:
+                prior = recorder.open(
+                    resume=self.resume,
+                    config=self._config_snapshot(seed, n_splits),
+                    fingerprint=data_fingerprint(X, y, groups),
+                    cluster={"client": self.client if isinstance(self.client, str) else None},
+                )
+            except BaseException:
+                if recorder.owns_registry:
+                    registry.close()
+                raise
             if prior is not None and prior.seed != seed:
                 seed = prior.seed
                 strategy = make_strategy(self.strategy, space, self.n_trials, seed)
