@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import numpy as np
 import pandas as pd
@@ -314,7 +315,13 @@ def test_futures_are_released_and_keys_are_readable(client, data):
         keys = [str(k) for k in dask_scheduler.tasks]
         return [k for k in keys if "dmlsearch" in k], list(dask_scheduler.task_prefixes)
 
+    # Releases reach the scheduler through the client's batched stream (every few ms):
+    # give the last ones a moment to arrive before reading its state.
+    deadline = time.monotonic() + 5.0
     leftover, prefixes = client.run_on_scheduler(inspect)
+    while leftover and time.monotonic() < deadline:
+        time.sleep(0.05)
+        leftover, prefixes = client.run_on_scheduler(inspect)
     assert leftover == []
     assert "dmlsearch-trial" in prefixes
 
