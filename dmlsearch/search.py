@@ -102,6 +102,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     trial_timeout : float, optional
         Seconds a trial may run. A timed-out trial scores ``error_score`` and is recorded
         with state ``"timeout"``; a trial stuck in native code has its worker restarted.
+    time_budget : float, optional
+        Seconds the search may take: once spent, no new trial starts and the trials in
+        flight finish. ``n_trials`` still caps the count, so pair a budget with a large
+        ``n_trials``. Results cover the trials that ran.
     max_retries : int
         How many times a trial lost with its worker is resubmitted.
     progress : bool or None
@@ -141,6 +145,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         client: Any = None,
         max_concurrent_trials: int | None = None,
         trial_timeout: float | None = None,
+        time_budget: float | None = None,
         max_retries: int = 2,
         progress: bool | None = None,
         registry: Any = None,
@@ -160,6 +165,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.client = client
         self.max_concurrent_trials = max_concurrent_trials
         self.trial_timeout = trial_timeout
+        self.time_budget = time_budget
         self.max_retries = max_retries
         self.progress = progress
         self.registry = registry
@@ -217,16 +223,15 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise InvalidParameterError(
                 "max_concurrent_trials", f"must be an integer >= 1 or None, got {m!r}"
             )
-        t = self.trial_timeout
-        if t is not None and (
-            isinstance(t, bool)
-            or not isinstance(t, numbers.Real)
-            or not t > 0
-            or not math.isfinite(t)
-        ):
-            raise InvalidParameterError(
-                "trial_timeout", f"must be a number of seconds > 0, got {t!r}"
-            )
+        for name in ("trial_timeout", "time_budget"):
+            t = getattr(self, name)
+            if t is not None and (
+                isinstance(t, bool)
+                or not isinstance(t, numbers.Real)
+                or not t > 0
+                or not math.isfinite(t)
+            ):
+                raise InvalidParameterError(name, f"must be a number of seconds > 0, got {t!r}")
         r = self.max_retries
         if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
             raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {r!r}")
@@ -367,6 +372,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     client,
                     max_concurrent_trials=self.max_concurrent_trials,
                     trial_timeout=self.trial_timeout,
+                    time_budget=self.time_budget,
                     max_retries=self.max_retries,
                     progress=progress,
                     name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
@@ -407,6 +413,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             "search_space": repr(self.search_space),
             "strategy": _strategy_name(self.strategy),
             "n_trials": self.n_trials,
+            "time_budget": self.time_budget,
             "cv": repr(self.cv),
             "n_splits": n_splits,
             "scoring": repr(self.scoring),

@@ -142,3 +142,36 @@ def test_embedded_cluster_is_started_and_closed(data):
     assert s.trials_[0].worker.startswith("tcp://127.0.0.1:")
     with pytest.raises(ValueError):
         distributed.default_client()
+
+
+def test_time_budget_stops_new_trials_and_keeps_the_finished_ones(client, data):
+    X, y = data
+    search = SearchCV(
+        SleepyClassifier(seconds=0.3),
+        {"parameter": Float(0.0, 1.0)},
+        n_trials=200,
+        cv=2,
+        time_budget=1.5,
+        random_state=0,
+        client=client,
+        progress=False,
+    )
+    search.fit(X, y)
+    n = len(search.trials_)
+    # Two single-thread workers, two 0.3 s folds per trial: a handful of trials fit.
+    assert 1 <= n < 50
+    assert search.runner_stats_.stopped_by_budget
+    assert len(search.cv_results_["params"]) == n
+    assert all(t.state == "complete" for t in search.trials_)
+    # Trials in flight when the budget ends finish (none lost): numbers are contiguous.
+    assert sorted(t.number for t in search.trials_) == list(range(n))
+
+
+def test_time_budget_is_validated():
+    from dmlsearch.exceptions import InvalidParameterError
+
+    for bad in (0, -1.0, float("inf"), "10", True):
+        with pytest.raises(InvalidParameterError, match="time_budget"):
+            SearchCV(SleepyClassifier(), {"parameter": [1.0]}, time_budget=bad).fit(
+                np.zeros((4, 1)), [0, 1, 0, 1]
+            )

@@ -147,6 +147,7 @@ class RunStats:
     resubmitted_trials: int = 0
     rescattered: int = 0
     hard_timeouts: int = 0
+    stopped_by_budget: bool = False
     batch_sizes: list[int] = field(default_factory=list)
 
 
@@ -168,6 +169,7 @@ class DaskRunner:
         poll_interval: float = 0.2,
         progress: NullProgress | None = None,
         name: str = "search",
+        time_budget: float | None = None,
     ) -> None:
         self.client = client
         self.max_concurrent_trials = max_concurrent_trials
@@ -177,6 +179,7 @@ class DaskRunner:
         self.poll_interval = poll_interval
         self.progress = progress or NullProgress()
         self.name = name
+        self.time_budget = time_budget
         self.stats = RunStats()
 
     # -- cluster helpers -------------------------------------------------------
@@ -241,6 +244,7 @@ class DaskRunner:
         failed = 0
         best: float | None = None
         task_counter = 0
+        budget_ends = None if self.time_budget is None else time.monotonic() + self.time_budget
 
         def trials_in_flight() -> int:
             return sum(len(t.specs) for t in inflight.values())
@@ -322,6 +326,11 @@ class DaskRunner:
                     submit(specs)
                     continue
                 if exhausted:
+                    return
+                if budget_ends is not None and time.monotonic() >= budget_ends:
+                    # Trials already started finish; no new one starts.
+                    exhausted = True
+                    self.stats.stopped_by_budget = True
                     return
                 remaining = None if total is None else total - next_number
                 size = 1 if timeout is not None else self.batcher.size(remaining, n_slots)
