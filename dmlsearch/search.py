@@ -228,8 +228,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             if t is not None and (
                 isinstance(t, bool)
                 or not isinstance(t, numbers.Real)
-                or not t > 0
-                or not math.isfinite(t)
+                or not float(t) > 0
+                or not math.isfinite(float(t))
             ):
                 raise InvalidParameterError(name, f"must be a number of seconds > 0, got {t!r}")
         r = self.max_retries
