@@ -161,6 +161,62 @@ def _error_scores(context: EvalContext, names: list[str]) -> dict[str, float]:
     return {name: float(context.error_score) for name in names}
 
 
+@dataclass
+class _Fold:
+    fit_time: float = 0.0
+    score_time: float = 0.0
+    test: dict[str, float] = field(default_factory=dict)
+    train: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _run_fold(
+    data: SearchData,
+    context: EvalContext,
+    spec: TrialSpec,
+    n_samples: int,
+    train: np.ndarray,
+    test: np.ndarray,
+) -> _Fold:
+    """Fit and score one split.
+
+    A function of its own so that the fold's copies of the data are freed when it returns,
+    before the next split is indexed (a loop body would hold two folds at the peak).
+    """
+    estimator = clone(context.estimator)
+    estimator.set_params(**clone(spec.params, safe=False))
+    X_train, y_train = _safe_split(estimator, data.X, data.y, train)
+    X_test, y_test = _safe_split(estimator, data.X, data.y, test, train)
+    fit_params = _index_fit_params(data.fit_params, n_samples, train)
+    fold = _Fold()
+    t0 = time.perf_counter()
+    try:
+        estimator.fit(X_train, y_train, **fit_params)
+    except TrialTimeoutError:
+        raise
+    except Exception:
+        if context.error_score == "raise":
+            raise
+        fold.fit_time = time.perf_counter() - t0
+        fold.error = traceback.format_exc()
+        return fold
+    fold.fit_time = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    try:
+        fold.test = _score(context.scorer, estimator, X_test, y_test, context.multimetric)
+        if context.return_train_score:
+            fold.train = _score(context.scorer, estimator, X_train, y_train, context.multimetric)
+    except TrialTimeoutError:
+        raise
+    except Exception:
+        if context.error_score == "raise":
+            raise
+        fold.test, fold.train = {}, {}
+        fold.error = traceback.format_exc()
+    fold.score_time = time.perf_counter() - t1
+    return fold
+
+
 def run_trial(data: SearchData, context: EvalContext, spec: TrialSpec, worker: str) -> TrialOutcome:
     """Fit and score one candidate on every split."""
     if context.seed_globals:
@@ -169,60 +225,25 @@ def run_trial(data: SearchData, context: EvalContext, spec: TrialSpec, worker: s
         np.random.seed(spec.seed % (2**32))
         random.seed(spec.seed)
     started = time.time()
-    X, y = data.X, data.y
-    n_samples = _num_samples(X)
+    n_samples = _num_samples(data.X)
     test_scores: list[dict[str, float]] = []
     train_scores: list[dict[str, float]] | None = [] if context.return_train_score else None
     fit_times: list[float] = []
     score_times: list[float] = []
     error: str | None = None
     state = COMPLETE
-    names: list[str] = []
     try:
         with _deadline(context.trial_timeout):
             for train, test in context.splits:
-                estimator = clone(context.estimator)
-                estimator.set_params(**clone(spec.params, safe=False))
-                X_train, y_train = _safe_split(estimator, X, y, train)
-                X_test, y_test = _safe_split(estimator, X, y, test, train)
-                fit_params = _index_fit_params(data.fit_params, n_samples, train)
-                t0 = time.perf_counter()
-                try:
-                    estimator.fit(X_train, y_train, **fit_params)
-                except TrialTimeoutError:
-                    raise
-                except Exception:
-                    if context.error_score == "raise":
-                        raise
-                    fit_times.append(time.perf_counter() - t0)
-                    score_times.append(0.0)
+                fold = _run_fold(data, context, spec, n_samples, train, test)
+                fit_times.append(fold.fit_time)
+                score_times.append(fold.score_time)
+                test_scores.append(fold.test)
+                if train_scores is not None:
+                    train_scores.append(fold.train)
+                if fold.error is not None:
                     state = FAILED
-                    error = error or traceback.format_exc()
-                    test_scores.append({})
-                    if train_scores is not None:
-                        train_scores.append({})
-                    continue
-                fit_times.append(time.perf_counter() - t0)
-                t1 = time.perf_counter()
-                try:
-                    scores = _score(context.scorer, estimator, X_test, y_test, context.multimetric)
-                    names = names or list(scores)
-                    if train_scores is not None:
-                        train_scores.append(
-                            _score(context.scorer, estimator, X_train, y_train, context.multimetric)
-                        )
-                except TrialTimeoutError:
-                    raise
-                except Exception:
-                    if context.error_score == "raise":
-                        raise
-                    state = FAILED
-                    error = error or traceback.format_exc()
-                    scores = {}
-                    if train_scores is not None and len(train_scores) < len(test_scores) + 1:
-                        train_scores.append({})
-                score_times.append(time.perf_counter() - t1)
-                test_scores.append(scores)
+                    error = error or fold.error
     except TrialTimeoutError:
         state = TIMEOUT
         error = (

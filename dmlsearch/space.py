@@ -18,6 +18,7 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import product
 from typing import Any
 
@@ -240,21 +241,25 @@ class SearchSpace:
                 names[key] = None
         return list(names)
 
-    def grid_size(self) -> int:
-        total = 0
-        for i, sub in enumerate(self.subspaces):
-            n = 1
-            for key in sorted(sub):
-                n *= len(sub[key].grid_values(_where(i, key, len(self.subspaces))))
-            total += n
-        return total
-
-    def grid_point(self, index: int) -> dict[str, Any]:
-        """The ``index``-th point of the grid, without enumerating those before it."""
+    @cached_property
+    def _grids(self) -> list[tuple[list[str], list[list[Any]], int]]:
+        # Built once: a strategy asks for grid points one by one, and rebuilding the value
+        # lists per point made a 10,000-point grid quadratic.
+        grids = []
         for i, sub in enumerate(self.subspaces):
             keys = sorted(sub)
             values = [sub[k].grid_values(_where(i, k, len(self.subspaces))) for k in keys]
-            size = math.prod(len(v) for v in values)
+            grids.append((keys, values, math.prod(len(v) for v in values)))
+        return grids
+
+    def grid_size(self) -> int:
+        return sum(size for _, _, size in self._grids)
+
+    def grid_point(self, index: int) -> dict[str, Any]:
+        """The ``index``-th point of the grid, without enumerating those before it."""
+        if index < 0:
+            raise IndexError("grid index out of range")
+        for keys, values, size in self._grids:
             if index >= size:
                 index -= size
                 continue
@@ -267,9 +272,7 @@ class SearchSpace:
         raise IndexError("grid index out of range")
 
     def iter_grid(self) -> Any:
-        for i, sub in enumerate(self.subspaces):
-            keys = sorted(sub)
-            values = [sub[k].grid_values(_where(i, k, len(self.subspaces))) for k in keys]
+        for keys, values, _ in self._grids:
             for combo in product(*values):
                 yield dict(zip(keys, combo, strict=True))
 

@@ -356,6 +356,18 @@ class RegistryStore(abc.ABC):
 
     # -- conveniences built on the primitives --------------------------------------------
 
+    def experiment_summaries(self) -> dict[int, tuple[int, float | None]]:
+        """Experiment id -> (number of trials, best value or None), for every experiment.
+
+        Stores should override this with one query: listing experiments must not cost a
+        round trip per experiment.
+        """
+        out: dict[int, tuple[int, float | None]] = {}
+        for exp in self.list_experiments():
+            top = self.leaderboard(exp.id, k=1)
+            out[exp.id] = (self.count_trials(exp.id), top[0].value if top else None)
+        return out
+
     def get_or_create_experiment(
         self,
         name: str,

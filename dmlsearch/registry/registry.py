@@ -71,17 +71,18 @@ class Registry:
         """One row per experiment: id, name, status, created, number of trials, best value."""
         import pandas as pd
 
+        summaries = self.store.experiment_summaries()
         rows = []
         for exp in self.store.list_experiments():
-            top = self.store.leaderboard(exp.id, k=1)
+            n_trials, best = summaries.get(exp.id, (0, None))
             rows.append(
                 {
                     "id": exp.id,
                     "name": exp.name,
                     "status": exp.status,
                     "created": pd.Timestamp(exp.created, unit="s", tz="UTC"),
-                    "trials": self.store.count_trials(exp.id),
-                    "best_value": top[0].value if top else None,
+                    "trials": n_trials,
+                    "best_value": best,
                 }
             )
         columns = ["id", "name", "status", "created", "trials", "best_value"]

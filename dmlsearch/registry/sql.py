@@ -652,6 +652,20 @@ class SQLStore(RegistryStore):
             self._require_experiment(conn, experiment_id)
             return int(conn.execute(query).scalar_one())
 
+    def experiment_summaries(self) -> dict[int, tuple[int, float | None]]:
+        # NaN values are stored as NULL, which MAX skips: the best is the leaderboard's top.
+        best = sa.func.max(sa.case((trials.c.state == COMPLETE, trials.c.value)))
+        query = sa.select(trials.c.experiment_id, sa.func.count(), best).group_by(
+            trials.c.experiment_id
+        )
+        with self._transaction(write=False) as conn:
+            ids = conn.execute(sa.select(experiments.c.id)).scalars().all()
+            rows = conn.execute(query).all()
+        out: dict[int, tuple[int, float | None]] = {int(i): (0, None) for i in ids}
+        for exp_id, count, best in rows:
+            out[int(exp_id)] = (int(count), _float_or_none(best))
+        return out
+
     def leaderboard(self, experiment_id: int, k: int = 10) -> list[TrialRecord]:
         if k < 0:
             raise InvalidParameterError("k", f"must be >= 0, got {k}")

@@ -196,7 +196,9 @@ class DaskRunner:
         while True:
             try:
                 # hash=False: tokenizing a large array costs a full pass over it.
-                return self.client.scatter([obj], hash=False, timeout=max(1.0, patience / 4))[0]
+                return self.client.scatter(
+                    [obj], hash=False, direct=True, timeout=max(1.0, patience / 4)
+                )[0]
             except (CommClosedError, OSError) as exc:
                 # The scheduler may still list a worker that has just died, or none may
                 # be up yet after a crash: wait for the cluster to recover, within reason.

@@ -387,6 +387,27 @@ class StoreContract:
         with pytest.raises(InvalidParameterError):
             store.leaderboard(exp.id, k=-1)
 
+    def test_experiment_summaries_match_leaderboard_and_count(self, store: RegistryStore) -> None:
+        a = store.create_experiment("a")
+        b = store.create_experiment("b")
+        empty = store.create_experiment("empty")
+        store.record_trials(
+            a.id,
+            [
+                make_trial(a.id, 0, value=0.5),
+                make_trial(a.id, 1, value=0.99, state=FAILED),
+                make_trial(a.id, 2, value=float("nan")),
+                make_trial(a.id, 3, value=0.7),
+            ],
+        )
+        store.record_trials(b.id, [make_trial(b.id, 0, value=None, state=FAILED)])
+        summaries = store.experiment_summaries()
+        assert summaries == {a.id: (4, 0.7), b.id: (1, None), empty.id: (0, None)}
+        for exp_id, (count, best) in summaries.items():
+            top = store.leaderboard(exp_id, k=1)
+            assert count == store.count_trials(exp_id)
+            assert best == (top[0].value if top else None)
+
     def test_nan_value_is_stored_as_none(self, store: RegistryStore) -> None:
         exp = store.create_experiment("exp")
         store.record_trials(exp.id, [make_trial(exp.id, 0, value=float("nan"))])

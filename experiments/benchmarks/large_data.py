@@ -28,6 +28,7 @@ What is measured
 Rerun
     python experiments/benchmarks/large_data.py            # 500,000 rows, 3 repeats
     python experiments/benchmarks/large_data.py --quick    # 20,000 rows, 1 repeat
+    python experiments/benchmarks/large_data.py --approaches ae   # the reference and dmlsearch
 """
 
 from __future__ import annotations
@@ -233,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="20,000 rows, 1 repeat")
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument(
+        "--approaches",
+        default="".join(RUNNERS),
+        help="letters of the approaches to run (default all; (a) always runs: it is the reference)",
+    )
     parser.add_argument("--only", choices=sorted(RUNNERS), help="child mode: one approach")
     parser.add_argument("--scheduler", help="child mode: scheduler address")
     parser.add_argument("--data", help="child mode: folder with X.npy and y.npy")
@@ -263,11 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         np.save(Path(data_dir) / "y.npy", y)
         del X, y
         gc.collect()
-        results: dict[str, list[dict[str, Any]]] = {k: [] for k in RUNNERS}
+        chosen = ["a", *(k for k in RUNNERS if k in args.approaches and k != "a")]
+        results: dict[str, list[dict[str, Any]]] = {k: [] for k in chosen}
         with local_cluster(N_WORKERS) as client:
             warm_up(client, N_WORKERS)
             address = client.scheduler.address
-            names = list(RUNNERS)
+            names = chosen
             for r in range(repeats):
                 # Rotate the order so no approach always runs first on a fresh allocator.
                 for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -280,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
             final_workers = worker_rss_mb(client)
-    for name in RUNNERS:
+    for name in chosen:
         warned = sorted({ln.strip() for res in results[name] for ln in res["stderr"]})
         for line in warned:
             print(f"  {APPROACHES[name]} driver warned: {line[:200]}")
@@ -290,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ref = med("a", "wall")
     table = []
-    for name in RUNNERS:
+    for name in chosen:
         last = results[name][-1]
         table.append(
             [
