@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.base import clone
+from sklearn.base import ClassifierMixin, clone
 from sklearn.utils.metaestimators import _safe_split
 
 from .exceptions import TrialTimeoutError
@@ -148,9 +148,35 @@ def _deadline(seconds: float | None) -> Iterator[None]:
             _set_async_exc(ident, ctypes.py_object())
 
 
+try:  # private: if a later scikit-learn moves it, every scorer takes the general path
+    from sklearn.metrics._scorer import _PassthroughScorer
+except ImportError:  # pragma: no cover
+    _PassthroughScorer = None
+
+
+def _plain_accuracy(scorer: Any, estimator: Any, y: Any) -> bool:
+    """Whether ``scorer`` would compute plain accuracy on 1-d labels.
+
+    The default scorer of a classifier is ``ClassifierMixin.score``, i.e. ``accuracy_score``,
+    whose target-type checks cost more than the prediction on small data (0.7 ms a call
+    with scikit-learn 1.9). On 1-d numpy labels it is ``mean(y_pred == y)``, bit for bit.
+    """
+    return (
+        type(scorer) is _PassthroughScorer
+        and getattr(type(estimator), "score", None) is ClassifierMixin.score
+        and isinstance(y, np.ndarray)
+        and y.ndim == 1
+        and (y.dtype.kind in "biu" or (y.dtype.kind == "f" and bool(np.all(np.mod(y, 1) == 0))))
+    )
+
+
 def _score(
     scorer: Callable[..., Any], estimator: Any, X: Any, y: Any, multimetric: bool
 ) -> dict[str, float]:
+    if not multimetric and _plain_accuracy(scorer, estimator, y):
+        y_pred = np.asarray(estimator.predict(X))
+        if y_pred.shape == y.shape and y_pred.dtype.kind in "biuf":
+            return {"score": float(np.mean(y_pred == y))}
     result = scorer(estimator, X) if y is None else scorer(estimator, X, y)
     if multimetric:
         return {k: float(v) for k, v in result.items()}
