@@ -85,6 +85,25 @@ def test_torch_state_dict_round_trip():
     assert torch.equal(loaded.weight, model.weight)
 
 
+def test_xgboost_models_use_their_native_format(registry, data):
+    xgboost = pytest.importorskip("xgboost")
+    X, y = data
+    clf = xgboost.XGBClassifier(n_estimators=5, max_depth=2, random_state=0).fit(X, y)
+    record = registry.register_model("xgb", clf, metrics={"accuracy": float(clf.score(X, y))})
+    assert record.format == "xgboost-ubj"
+    loaded = registry.load_model("xgb")
+    assert type(loaded) is xgboost.XGBClassifier
+    np.testing.assert_array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+
+    booster = xgboost.train({"max_depth": 2}, xgboost.DMatrix(X, label=y), num_boost_round=3)
+    serialized = dump_model(booster)
+    assert serialized.format == "xgboost-ubj"
+    again = load_model(serialized)
+    np.testing.assert_array_equal(
+        again.predict(xgboost.DMatrix(X)), booster.predict(xgboost.DMatrix(X))
+    )
+
+
 def test_register_load_alias_delete_gc(registry, data):
     X, y = data
     model = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y)
