@@ -175,3 +175,36 @@ def test_time_budget_is_validated():
             SearchCV(SleepyClassifier(), {"parameter": [1.0]}, time_budget=bad).fit(
                 np.zeros((4, 1)), [0, 1, 0, 1]
             )
+
+
+def test_trial_that_kills_its_worker_is_recorded_failed_and_the_search_completes(
+    fresh_cluster, data
+):
+    from dmlsearch.testing import CrashingClassifier
+
+    X, y = data
+    space = [
+        {"crash": [True], "parameter": [0.0]},
+        {"crash": [False], "parameter": [1.0, 2.0, 3.0, 4.0]},
+    ]
+    with Client(fresh_cluster, set_as_default=False) as c:
+        search = SearchCV(
+            CrashingClassifier(),
+            space,
+            strategy="grid",
+            cv=2,
+            client=c,
+            progress=False,
+            refit=False,
+        )
+        with pytest.warns(FitFailedWarning):
+            search.fit(X, y)
+    states = {t.number: t.state for t in search.trials_}
+    assert sorted(states) == [0, 1, 2, 3, 4]
+    assert states[0] == "failed"
+    # Dask reports the loss as KilledWorker or, when the data went with the worker, as a
+    # cancellation; either way the trial ran alone and is named as the culprit.
+    error = search.trials_[0].error or ""
+    assert "killed every worker" in error or "probably crashes its worker" in error
+    assert all(states[n] == "complete" for n in range(1, 5))
+    assert np.isnan(search.cv_results_["mean_test_score"][0])

@@ -196,8 +196,16 @@ class DaskRunner:
         while True:
             try:
                 # hash=False: tokenizing a large array costs a full pass over it.
+                # direct: straight to the workers, no copy through the scheduler.
+                # broadcast: every worker needs a copy to run trials anyway, and with one
+                # copy per worker a worker that dies (a trial crashing it, say) takes no
+                # data with it, so the other workers' tasks carry on.
                 return self.client.scatter(
-                    [obj], hash=False, direct=True, timeout=max(1.0, patience / 4)
+                    [obj],
+                    hash=False,
+                    direct=True,
+                    broadcast=True,
+                    timeout=max(1.0, patience / 4),
                 )[0]
             except (CommClosedError, OSError) as exc:
                 # The scheduler may still list a worker that has just died, or none may
@@ -308,7 +316,17 @@ class DaskRunner:
                 count = retries.get(spec.number, 0) + 1
                 retries[spec.number] = count
                 if count > self.max_retries:
-                    record(_failed_outcome(spec, FAILED, f"lost {count} times: {reason}", context))
+                    hint = (
+                        "; it ran alone when lost, so it probably crashes its worker "
+                        "(native crash, out of memory)"
+                        if len(task.specs) == 1
+                        else ""
+                    )
+                    record(
+                        _failed_outcome(
+                            spec, FAILED, f"lost {count} times: {reason}{hint}", context
+                        )
+                    )
                 else:
                     self.stats.resubmitted_trials += 1
                     retry_queue.append(spec)
