@@ -62,22 +62,26 @@ def trial_seed(seed: int, number: int) -> int:
     return int(np.random.SeedSequence(seed, spawn_key=(number, 1)).generate_state(1)[0])
 
 
-def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1) -> LocalCluster:
+def start_local_cluster(
+    n_workers: int | None = None, threads_per_worker: int = 1, **cluster_kwargs: Any
+) -> LocalCluster:
     """Worker processes on 127.0.0.1, a dashboard on a free port, the worker profiler off.
 
     The profiler samples every thread every 10 ms and costs about a third of the
-    throughput of tiny trials (docs/benchmarks.md). The embedded default, the tests and
-    the benchmarks all start their clusters here.
+    throughput of tiny trials (docs/benchmarks.md). The embedded default, the CLI's local
+    cluster, the tests and the benchmarks all start their clusters here. ``cluster_kwargs``
+    (``memory_limit``, say) go to :class:`distributed.LocalCluster` and override these
+    defaults.
     """
+    kwargs: dict[str, Any] = {
+        "processes": True,
+        "host": "127.0.0.1",
+        "dashboard_address": "127.0.0.1:0",
+        "silence_logs": logging.ERROR,
+        **cluster_kwargs,
+    }
     with dask.config.set({"distributed.worker.profile.enabled": False}):
-        return LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.ERROR,
-        )
+        return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
 
 
 @contextmanager

@@ -1,0 +1,7 @@
+"""``python -m dmlsearch``: the same command line as ``dmlsearch``."""
+
+from __future__ import annotations
+
+from .cli import main
+
+main()
