@@ -26,7 +26,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, EvalContext, SearchData, TrialOutcome
 from ._recording import (
-    PriorRun,
     SearchRecorder,
     data_fingerprint,
     input_signature,
@@ -36,8 +35,8 @@ from ._results import build_cv_results
 from ._scoring import Scoring, resolve_scoring
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
-from .registry import FormatError, as_registry
-from .runner import DaskRunner, resolve_client
+from .registry import FormatError, Registry, as_registry
+from .runner import DaskRunner, cluster_shape, resolve_client
 from .space import as_space
 from .strategies import Strategy, make_strategy
 
@@ -301,31 +300,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         # Built now so that a bad strategy or space fails before the registry is touched.
         strategy = make_strategy(self.strategy, space, self.n_trials, seed)
 
-        recorder: SearchRecorder | None = None
-        prior: PriorRun | None = None
-        if self.registry is not None:
-            registry = as_registry(self.registry)
-            name = self.experiment_name or f"{type(self.estimator).__name__}-{uuid.uuid4().hex[:8]}"
-            recorder = SearchRecorder(
-                registry, name, metric=primary, owns_registry=registry is not self.registry
-            )
-            try:
-                prior = recorder.open(
-                    resume=self.resume,
-                    config=self._config_snapshot(seed, n_splits),
-                    fingerprint=data_fingerprint(X, y, groups),
-                    cluster={"client": self.client if isinstance(self.client, str) else None},
-                )
-            except BaseException:
-                if recorder.owns_registry:
-                    registry.close()
-                raise
-            if prior is not None and prior.seed != seed:
-                seed = prior.seed
-                strategy = make_strategy(self.strategy, space, self.n_trials, seed)
-            self.experiment_name_ = name
-            self.experiment_id_ = recorder.experiment_id
-
         context = EvalContext(
             estimator=self.estimator,
             scorer=scoring.scorer,
@@ -338,18 +312,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         data = SearchData(X, y, dict(fit_params))
         outcomes: dict[int, TrialOutcome] = {}
         skip: set[int] = set()
-        if prior is not None:
-            for record in prior.trials:
-                # Grid and random trials are pure functions of (seed, number): regenerate
-                # their exact parameters; model-based ones come back from the registry.
-                params = record.params if strategy.adaptive else strategy.ask(record.number)
-                if params is None:
-                    continue
-                strategy.restore(record.number, params, record.value)
-                outcomes[record.number] = outcome_from_record(
-                    record, params, n_splits, self.return_train_score
-                )
-                skip.add(record.number)
+        recorder: SearchRecorder | None = None
+        registry = None if self.registry is None else as_registry(self.registry)
 
         def on_outcome(outcome: TrialOutcome) -> float | None:
             outcomes[outcome.number] = outcome
@@ -364,6 +328,20 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         progress = make_progress(self.progress)
         try:
             with resolve_client(self.client) as client:
+                if registry is not None:
+                    # Opened once the client is known, so the experiment records where it ran.
+                    recorder, seed, strategy = self._open_recorder(
+                        registry,
+                        primary,
+                        seed,
+                        strategy,
+                        space,
+                        n_splits,
+                        data_fingerprint(X, y, groups),
+                        cluster_shape(client),
+                        outcomes,
+                        skip,
+                    )
                 link = getattr(client, "dashboard_link", None)
                 if link:
                     logger.info("dmlsearch: Dask dashboard at %s", link)
@@ -390,6 +368,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         except BaseException as exc:
             if recorder is not None:
                 recorder.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            elif registry is not None and registry is not self.registry:
+                registry.close()
             raise
         try:
             self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
@@ -405,6 +385,55 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         if recorder is not None:
             recorder.close("complete")
         return self
+
+    def _open_recorder(
+        self,
+        registry: Registry,
+        primary: str,
+        seed: int,
+        strategy: Strategy,
+        space: Any,
+        n_splits: int,
+        fingerprint: str,
+        cluster: dict[str, Any],
+        outcomes: dict[int, TrialOutcome],
+        skip: set[int],
+    ) -> tuple[SearchRecorder, int, Strategy]:
+        """Open (or, with ``resume``, reopen) the experiment and restore its finished trials."""
+        name = self.experiment_name or f"{type(self.estimator).__name__}-{uuid.uuid4().hex[:8]}"
+        recorder = SearchRecorder(
+            registry, name, metric=primary, owns_registry=registry is not self.registry
+        )
+        try:
+            prior = recorder.open(
+                resume=self.resume,
+                config=self._config_snapshot(seed, n_splits),
+                fingerprint=fingerprint,
+                cluster=cluster,
+            )
+        except BaseException:
+            if recorder.owns_registry:
+                registry.close()
+            raise
+        self.experiment_name_ = name
+        self.experiment_id_ = recorder.experiment_id
+        if prior is None:
+            return recorder, seed, strategy
+        if prior.seed != seed:
+            seed = prior.seed
+            strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+        for record in prior.trials:
+            # Grid and random trials are pure functions of (seed, number): regenerate
+            # their exact parameters; model-based ones come back from the registry.
+            params = record.params if strategy.adaptive else strategy.ask(record.number)
+            if params is None:
+                continue
+            strategy.restore(record.number, params, record.value)
+            outcomes[record.number] = outcome_from_record(
+                record, params, n_splits, self.return_train_score
+            )
+            skip.add(record.number)
+        return recorder, seed, strategy
 
     def _config_snapshot(self, seed: int, n_splits: int) -> dict[str, Any]:
         """What the experiment records about this search (JSON-friendly reprs)."""

@@ -161,7 +161,11 @@ def test_search_records_every_trial_and_registers_the_best(registry, client, dat
     np.testing.assert_allclose(
         trials["value"].to_numpy(), search.cv_results_["mean_test_score"], rtol=0, atol=1e-12
     )
-    assert registry.experiment("lr").status == "complete"
+    experiment = registry.experiment("lr")
+    assert experiment.status == "complete"
+    # Where it ran: the shared 2-worker, 1-thread cluster.
+    assert experiment.cluster["address"] == client.scheduler.address
+    assert (experiment.cluster["workers"], experiment.cluster["threads"]) == (2, 2)
     version = search.model_version_
     assert version.lineage["trial"] == search.best_index_
     assert version.lineage["experiment"] == "lr"

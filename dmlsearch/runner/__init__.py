@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from ._batching import AdaptiveBatcher
-from .dask import DaskRunner, embedded_cluster, resolve_client, start_local_cluster, trial_seed
+from .dask import (
+    DaskRunner,
+    cluster_shape,
+    embedded_cluster,
+    resolve_client,
+    start_local_cluster,
+    trial_seed,
+)
 
 __all__ = [
     "AdaptiveBatcher",
     "DaskRunner",
+    "cluster_shape",
     "embedded_cluster",
     "resolve_client",
     "start_local_cluster",

@@ -46,6 +46,7 @@ from ._batching import AdaptiveBatcher
 
 __all__ = [
     "DaskRunner",
+    "cluster_shape",
     "embedded_cluster",
     "resolve_client",
     "start_local_cluster",
@@ -94,6 +95,25 @@ def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
     finally:
         client.close()
         cluster.close()
+
+
+def cluster_shape(client: Client) -> dict[str, Any]:
+    """Where a search runs: scheduler address, workers, threads and memory (for the registry)."""
+    shape: dict[str, Any] = {"address": getattr(client.scheduler, "address", None)}
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except TypeError:  # a distributed without the n_workers argument
+        workers = client.scheduler_info().get("workers", {})
+    except Exception as exc:  # an informational record must never fail a search
+        logger.warning("could not read the cluster's shape: %s", exc)
+        return shape
+    shape.update(
+        workers=len(workers),
+        threads=sum(int(w.get("nthreads", 0)) for w in workers.values()),
+        memory_bytes=sum(int(w.get("memory_limit") or 0) for w in workers.values()),
+        dashboard=getattr(client, "dashboard_link", None),
+    )
+    return shape
 
 
 @contextmanager
