@@ -117,6 +117,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     resume : bool
         Continue the experiment ``experiment_name``: trials it finished are not rerun,
         model-based samplers learn from them, and the final count is exact.
+    dashboard : bool
+        Show the search live on the Dask dashboard's ``/dmlsearch`` page (a scheduler
+        plugin registered once per cluster; see docs/dashboard.md).
 
     Attributes
     ----------
@@ -150,6 +153,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         registry: Any = None,
         experiment_name: str | None = None,
         resume: bool = False,
+        dashboard: bool = True,
     ) -> None:
         self.estimator = estimator
         self.search_space = search_space
@@ -170,6 +174,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.registry = registry
         self.experiment_name = experiment_name
         self.resume = resume
+        self.dashboard = dashboard
 
     # -- scikit-learn protocol --------------------------------------------------
     def __sklearn_clone__(self) -> SearchCV:
@@ -244,6 +249,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise InvalidParameterError(
                 "error_score", f"must be 'raise' or a number, got {self.error_score!r}"
             )
+        if not isinstance(self.dashboard, bool):
+            raise InvalidParameterError(
+                "dashboard", f"must be True or False, got {self.dashboard!r}"
+            )
         if not isinstance(self.resume, bool):
             raise InvalidParameterError("resume", f"must be True or False, got {self.resume!r}")
         if self.experiment_name is not None and (
@@ -314,6 +323,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         skip: set[int] = set()
         recorder: SearchRecorder | None = None
         registry = None if self.registry is None else as_registry(self.registry)
+        name = self.experiment_name or f"{type(self.estimator).__name__}-{uuid.uuid4().hex[:8]}"
 
         def on_outcome(outcome: TrialOutcome) -> float | None:
             outcomes[outcome.number] = outcome
@@ -332,6 +342,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     # Opened once the client is known, so the experiment records where it ran.
                     recorder, seed, strategy = self._open_recorder(
                         registry,
+                        name,
                         primary,
                         seed,
                         strategy,
@@ -343,9 +354,26 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                         skip,
                     )
                 link = getattr(client, "dashboard_link", None)
+                reporter = None
+                if self.dashboard:
+                    from .dashboard import DashboardReporter, page_link
+
+                    reporter = DashboardReporter.attach(
+                        client,
+                        name,
+                        {
+                            "estimator": type(self.estimator).__name__,
+                            "strategy": _strategy_name(self.strategy),
+                            "total": strategy.total,
+                            "n_splits": n_splits,
+                            "metric": primary,
+                        },
+                    )
                 if link:
                     logger.info("dmlsearch: Dask dashboard at %s", link)
                     progress.message(f"Dask dashboard: {link}")
+                    if reporter is not None:
+                        progress.message(f"dmlsearch page: {page_link(link)}")
                 runner = DaskRunner(
                     client,
                     max_concurrent_trials=self.max_concurrent_trials,
@@ -354,16 +382,26 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     max_retries=self.max_retries,
                     progress=progress,
                     name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
+                    observer=reporter,
                 )
-                runner.run(
-                    strategy,
-                    data,
-                    context,
-                    seed,
-                    on_outcome,
-                    skip=skip,
-                    on_tick=recorder.tick if recorder is not None else None,
-                )
+                try:
+                    runner.run(
+                        strategy,
+                        data,
+                        context,
+                        seed,
+                        on_outcome,
+                        skip=skip,
+                        on_tick=recorder.tick if recorder is not None else None,
+                    )
+                except BaseException as exc:
+                    if reporter is not None:
+                        reporter.close(
+                            "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                        )
+                    raise
+                if reporter is not None:
+                    reporter.close("complete")
                 self.runner_stats_ = runner.stats
         except BaseException as exc:
             if recorder is not None:
@@ -389,6 +427,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def _open_recorder(
         self,
         registry: Registry,
+        name: str,
         primary: str,
         seed: int,
         strategy: Strategy,
@@ -400,7 +439,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         skip: set[int],
     ) -> tuple[SearchRecorder, int, Strategy]:
         """Open (or, with ``resume``, reopen) the experiment and restore its finished trials."""
-        name = self.experiment_name or f"{type(self.estimator).__name__}-{uuid.uuid4().hex[:8]}"
         recorder = SearchRecorder(
             registry, name, metric=primary, owns_registry=registry is not self.registry
         )

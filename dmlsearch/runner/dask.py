@@ -46,6 +46,7 @@ from ._batching import AdaptiveBatcher
 
 __all__ = [
     "DaskRunner",
+    "RunObserver",
     "cluster_shape",
     "embedded_cluster",
     "resolve_client",
@@ -156,6 +157,23 @@ def resolve_client(client: Any) -> Iterator[Client]:
         yield c
 
 
+class RunObserver:
+    """Hears what a run does (the dashboard reporter is one); every hook is a no-op here.
+
+    Hooks run on the driver inside the runner's loop, so they must be quick and must not
+    raise.
+    """
+
+    def trials_submitted(self, specs: list[TrialSpec]) -> None:
+        """Trials just sent to the cluster."""
+
+    def trial_ended(self, outcome: TrialOutcome, value: float | None) -> None:
+        """A trial recorded, with the objective told to the strategy (None if it failed)."""
+
+    def tick(self) -> None:
+        """Once per pass of the runner's loop (a few times a second)."""
+
+
 @dataclass
 class _Task:
     specs: list[TrialSpec]
@@ -194,6 +212,7 @@ class DaskRunner:
         progress: NullProgress | None = None,
         name: str = "search",
         time_budget: float | None = None,
+        observer: RunObserver | None = None,
     ) -> None:
         self.client = client
         self.max_concurrent_trials = max_concurrent_trials
@@ -204,6 +223,7 @@ class DaskRunner:
         self.progress = progress or NullProgress()
         self.name = name
         self.time_budget = time_budget
+        self.observer = observer or RunObserver()
         self.stats = RunStats()
 
     # -- cluster helpers -------------------------------------------------------
@@ -278,6 +298,7 @@ class DaskRunner:
         failed = 0
         best: float | None = None
         task_counter = 0
+        observer = self.observer
         budget_ends = None if self.time_budget is None else time.monotonic() + self.time_budget
 
         def trials_in_flight() -> int:
@@ -295,6 +316,7 @@ class DaskRunner:
             fut = client.submit(run_trials, data_f, ctx_f, specs, key=key, pure=False)
             # Called on the client's event loop whether the task ends, errs or is cancelled.
             fut.add_done_callback(finished.put)
+            observer.trials_submitted(specs)
             now = time.monotonic()
             deadline = None
             if timeout is not None:
@@ -313,6 +335,7 @@ class DaskRunner:
                 failed += 1
             value = on_outcome(outcome)
             strategy.tell(outcome.number, value)
+            observer.trial_ended(outcome, value)
             if value is not None and (best is None or value > best):
                 best = value
 
@@ -477,6 +500,7 @@ class DaskRunner:
                     check_deadlines()
                 if on_tick is not None:
                     on_tick()
+                observer.tick()
                 self.progress.update(len(recorded), failed, trials_in_flight(), best)
         except BaseException:
             client.cancel(list(inflight))

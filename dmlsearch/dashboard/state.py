@@ -1,0 +1,151 @@
+"""The dashboard's in-memory state on the scheduler: events in, a bounded snapshot out.
+
+Pure Python (no Dask, no tornado), so it is tested on its own. Drivers send batches of
+events (``dict`` with a ``kind``); unknown kinds are ignored, so a newer driver can talk to
+an older scheduler and later capabilities (ASHA rungs, gang jobs) add kinds of their own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MAX_EXPERIMENTS", "MAX_FINISHED", "MAX_HISTORY", "DashboardState", "ExperimentView"]
+
+#: Finished trials kept per experiment for the page (aggregates count every trial).
+MAX_FINISHED = 200
+#: Best-so-far points kept per experiment (improvements only, so rarely reached).
+MAX_HISTORY = 1000
+#: Experiments kept; the oldest finished ones are dropped first.
+MAX_EXPERIMENTS = 50
+LEADERBOARD = 10
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass
+class ExperimentView:
+    """What the page shows of one experiment."""
+
+    name: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    status: str = "running"
+    started: float = field(default_factory=time.time)
+    running: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_FINISHED))
+    states: Counter[str] = field(default_factory=Counter)
+    per_worker: Counter[str] = field(default_factory=Counter)
+    # A min-heap of (value, -number, row): the worst of the kept best is popped first.
+    _board: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
+    history: list[tuple[float, float]] = field(default_factory=list)
+    best: float | None = None
+
+    def submitted(self, trials: list[Any]) -> None:
+        now = time.time()
+        for number, params in trials:
+            self.running[int(number)] = {"number": int(number), "params": params, "since": now}
+
+    def ended(self, trials: list[Any]) -> None:
+        for number, state, value, worker, duration, params in trials:
+            number = int(number)
+            entry = self.running.pop(number, None)
+            row = {
+                "number": number,
+                "state": str(state),
+                "value": _number(value),
+                "worker": worker or "",
+                "duration": _number(duration),
+                "params": params if params is not None else (entry or {}).get("params", {}),
+            }
+            self.finished.append(row)
+            self.states[row["state"]] += 1
+            self.per_worker[row["worker"]] += 1
+            v = row["value"]
+            if v is None:
+                continue
+            item = (v, -number, row)
+            if len(self._board) < LEADERBOARD:
+                heapq.heappush(self._board, item)
+            elif item[:2] > self._board[0][:2]:
+                heapq.heapreplace(self._board, item)
+            if self.best is None or v > self.best:
+                self.best = v
+                if len(self.history) < MAX_HISTORY:
+                    self.history.append((time.time() - self.started, v))
+
+    @property
+    def leaderboard(self) -> list[dict[str, Any]]:
+        return [row for _, _, row in sorted(self._board, key=lambda t: (-t[0], -t[1]))]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "meta": self.meta,
+            "status": self.status,
+            "started": self.started,
+            "elapsed": time.time() - self.started,
+            "counts": dict(self.states),
+            "done": sum(self.states.values()),
+            "in_flight": len(self.running),
+            "best": self.best,
+            "running": sorted(self.running.values(), key=lambda r: r["number"]),
+            "finished": list(reversed(self.finished)),
+            "leaderboard": self.leaderboard,
+            "history": self.history,
+            "per_worker": dict(self.per_worker),
+        }
+
+
+class DashboardState:
+    """Experiments by name, fed by driver events; every part bounded in size."""
+
+    def __init__(self) -> None:
+        self.experiments: OrderedDict[str, ExperimentView] = OrderedDict()
+        self.events = 0
+
+    def _get(self, name: str) -> ExperimentView:
+        view = self.experiments.get(name)
+        if view is None:
+            view = self.experiments[name] = ExperimentView(name)
+            while len(self.experiments) > MAX_EXPERIMENTS:
+                done = [k for k, v in self.experiments.items() if v.status != "running"]
+                self.experiments.pop(done[0] if done else next(iter(self.experiments)))
+        return view
+
+    def apply(self, events: Any) -> None:
+        """Apply one event or a list of them; malformed events are skipped, never raised."""
+        # msgpack hands lists over as tuples.
+        for event in events if isinstance(events, (list, tuple)) else [events]:
+            if not isinstance(event, dict) or not isinstance(event.get("experiment"), str):
+                continue
+            self.events += 1
+            view = self._get(event["experiment"])
+            kind = event.get("kind")
+            try:
+                if kind == "experiment":
+                    view.meta = dict(event.get("meta") or {})
+                    view.status = "running"
+                elif kind == "submitted":
+                    view.submitted(list(event.get("trials") or []))
+                elif kind == "ended":
+                    view.ended(list(event.get("trials") or []))
+                elif kind == "status":
+                    view.status = str(event.get("status"))
+                    if view.status != "running":
+                        view.running.clear()
+            except (TypeError, ValueError):
+                continue  # a malformed batch from some client: the page must stay up
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "time": time.time(),
+            "experiments": [v.snapshot() for v in reversed(self.experiments.values())],
+        }

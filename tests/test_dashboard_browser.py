@@ -1,0 +1,95 @@
+"""The dmlsearch page in a real browser (Debian's headless Chromium, driven by Playwright)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dmlsearch import Float, SearchCV
+from dmlsearch.testing import SleepyClassifier
+
+CHROMIUM = os.environ.get("DMLSEARCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason="needs Chromium: apt-get install chromium chromium-driver (CI's .ci/run does)",
+    ),
+]
+
+
+def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    name = f"browser-{uuid.uuid4().hex[:6]}"
+    X, y = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2
+    search = SearchCV(
+        SleepyClassifier(seconds=0.15),
+        {"parameter": Float(0.0, 1.0)},
+        n_trials=30,
+        cv=2,
+        client=client,
+        experiment_name=name,
+        progress=False,
+        random_state=0,
+        max_concurrent_trials=2,
+    )
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            search.fit(X, y)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    url = cluster.dashboard_link.rsplit("/", 1)[0] + "/dmlsearch"
+    console_errors: list[str] = []
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                ],
+            )
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on(
+                "console", lambda m: console_errors.append(m.text) if m.type == "error" else None
+            )
+            page.on("pageerror", lambda e: console_errors.append(str(e)))
+            page.goto(url)
+            rows = page.locator(f'section[data-experiment="{name}"] table.finished-trials tbody tr')
+            counts = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (len(counts) < 2 or counts[-1] < 30):
+                counts.append(rows.count())
+                page.wait_for_timeout(700)
+            ARTIFACTS.mkdir(exist_ok=True)
+            shot = ARTIFACTS / "dashboard-page.png"
+            page.screenshot(path=str(shot), full_page=True)
+            headings = page.locator(f'section[data-experiment="{name}"] h3').all_inner_texts()
+            browser.close()
+    finally:
+        thread.join(timeout=120)
+    assert not errors, errors
+    seen = [c for c in counts if c > 0]
+    # Rows appeared while the search ran and grew to every trial.
+    assert len(set(seen)) >= 2, counts
+    assert counts[-1] == 30, counts
+    assert "Leaderboard" in headings and "Best so far against time" in headings
+    assert shot.stat().st_size > 10_000
+    assert console_errors == []
