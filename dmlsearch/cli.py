@@ -322,13 +322,16 @@ def _result(search: Any, elapsed: float) -> dict[str, Any]:
     }
 
 
+ProgressOpt = Annotated[bool, typer.Option(help="Show the progress bar (on stderr).")]
+
+
 @app.command()
 @_handled
 def run(
     file: FileArg,
     set_: SetOpt = None,
     registry: RegistryOpt = None,
-    progress: Annotated[bool, typer.Option(help="Show the progress bar (on stderr).")] = True,
+    progress: ProgressOpt = True,
     json_: JsonOpt = False,
 ) -> None:
     """Run the search an experiment file describes, recording every trial in the registry."""
@@ -341,7 +344,7 @@ def resume(
     file: FileArg,
     set_: SetOpt = None,
     registry: RegistryOpt = None,
-    progress: Annotated[bool, typer.Option(help="Show the progress bar (on stderr).")] = True,
+    progress: ProgressOpt = True,
     json_: JsonOpt = False,
 ) -> None:
     """Continue the experiment of FILE: recorded trials are not rerun; n_trials is the total."""
