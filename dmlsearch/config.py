@@ -766,6 +766,7 @@ class DataSection(_Section):
     dataset: str | None = None
     path: str | None = None
     target: str | None = None
+    features: list[str] | None = None
     format: Literal["csv", "parquet"] | None = None
     read_kwargs: dict[str, Any] = Field(default_factory=dict)
     loader: str | None = None
@@ -784,8 +785,10 @@ class DataSection(_Section):
                 f"Parquet file, with target) or loader (module:function); got {given or 'none'}",
             )
             problems.raise_if_any("DataSection")
+        if self.features is not None and not self.features:
+            problems.add(("features",), "an empty list; leave it out to use every other column")
         if self.path is None:
-            for key in ("target", "format"):
+            for key in ("target", "format", "features"):
                 if getattr(self, key) is not None:
                     problems.add((key,), "only used with data.path")
             if self.read_kwargs:
@@ -851,6 +854,16 @@ class DataSection(_Section):
                     f"{_suggest(self.target, columns)} (columns: {_known(columns)})",
                     self.target,
                 )
+            for i, name in enumerate(self.features or []):
+                if columns is not None and name not in columns:
+                    problems.add(
+                        ("features", i),
+                        f"{resolved.name} has no column {name!r}"
+                        f"{_suggest(name, columns)} (columns: {_known(columns)})",
+                        name,
+                    )
+                elif name == self.target:
+                    problems.add(("features", i), f"{name!r} is the target column", name)
 
     def _check_function(
         self, path: str, loc: Loc, problems: _Problems, base_dir: Path | None
@@ -1811,6 +1824,13 @@ def _read_table(data: DataSection) -> tuple[Any, Any]:
                 )
             ]
         )
+    if data.features is not None:
+        missing = [c for c in data.features if c not in frame.columns]
+        if missing:
+            raise ConfigError(
+                [Problem("data.features", f"no column(s) {missing} in {data.path}")]
+            )
+        return frame[list(data.features)], frame[data.target]
     return frame.drop(columns=[data.target]), frame[data.target]
 
 

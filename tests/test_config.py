@@ -510,6 +510,24 @@ def test_csv_target_column_checked(tmp_path: Path) -> None:
     assert "columns: a, b, label" in errors["data.target"].message
 
 
+def test_csv_features_select_columns(tmp_path: Path) -> None:
+    (tmp_path / "d.csv").write_text("id,a,b,note,label\n1,1,2,x,0\n2,3,4,y,1\n")
+    data = {"path": "d.csv", "target": "label", "features": ["a", "b"]}
+    cfg = parse_config(with_value("data", data), base_dir=tmp_path)
+    X, y = load_data(cfg)
+    assert list(X.columns) == ["a", "b"] and list(y) == [0, 1]
+    errors = problems(
+        with_value("data", {**data, "features": ["a", "bb", "label"]}), base_dir=tmp_path
+    )
+    assert "did you mean 'b'" in errors["data.features[1]"].message
+    assert "is the target column" in errors["data.features[2]"].message
+    assert "data.features" in problems(
+        with_value("data", {**data, "features": []}), base_dir=tmp_path
+    )
+    cfg = parse_config(with_value("data", {"path": "d.csv", "target": "label"}), base_dir=tmp_path)
+    assert list(load_data(cfg)[0].columns) == ["id", "a", "b", "note"]
+
+
 # -- overrides ---------------------------------------------------------------------------------
 
 
