@@ -99,6 +99,48 @@ def test_a_scheduler_that_refuses_the_plugin_only_warns(caplog):
     assert "dashboard page is off" in caplog.text
 
 
+def test_events_carry_only_types_distributed_accepts():
+    from distributed.client import _is_dumpable
+
+    from dmlsearch._evaluate import TrialOutcome, TrialSpec
+
+    sent = []
+
+    class Recorder:
+        def register_plugin(self, plugin):
+            pass
+
+        def log_event(self, topic, msg):
+            assert _is_dumpable(msg), msg  # what Client.log_event checks
+            sent.append(msg)
+
+    params = {"C": np.float64(0.5), "n": np.int64(3), "flag": np.bool_(True), "est": object()}
+    reporter = DashboardReporter.attach(Recorder(), "e", {"total": np.int64(4)})
+    reporter.trials_submitted([TrialSpec(np.int64(0), params, 1)])
+    outcome = TrialOutcome(
+        number=0,
+        params=params,
+        seed=1,
+        state="complete",
+        test_scores=[{"score": 1.0}],
+        train_scores=None,
+        fit_times=[np.float64(0.1)],
+        score_times=[np.float64(0.1)],
+        started=1.0,
+        finished=2.0,
+        worker="w",
+        error=None,
+    )
+    reporter.trial_ended(outcome, np.float64(0.75))
+    reporter.close("complete")
+    state = DashboardState()
+    for msg in sent:
+        state.apply(msg)
+    view = state.snapshot()["experiments"][0]
+    assert view["best"] == 0.75 and view["status"] == "complete"
+    assert view["finished"][0]["params"]["n"] == 3
+
+
 # -- on a real cluster ---------------------------------------------------------------------
 
 
@@ -130,7 +172,7 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
     with pytest.warns(Warning):
         failing = SearchCV(
             FailingClassifier(),
-            {"fail": [False, True], "parameter": [1.0, 2.0]},
+            {"fail": [False, True], "parameter": np.array([1.0, 2.0])},
             strategy="grid",
             cv=2,
             client=client,
@@ -165,7 +207,9 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
                 rf'state="{state_name}"\}} {count}\.0'
             )
             assert re.search(pattern, metrics), (pattern, metrics)
-        assert re.search(rf'dmlsearch_trials_in_flight\{{experiment="{name}",[^}}]*\}} 0\.0', metrics)
+        assert re.search(
+            rf'dmlsearch_trials_in_flight\{{experiment="{name}",[^}}]*\}} 0\.0', metrics
+        )
     best = re.search(rf'dmlsearch_best_score\{{experiment="{names[0]}",[^}}]*\}} (\S+)', metrics)
     assert best is not None and float(best.group(1)) == pytest.approx(lr.best_score_)
 

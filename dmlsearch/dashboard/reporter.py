@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from typing import Any
+
+import numpy as np
 
 from .._evaluate import TrialOutcome, TrialSpec
 from ..runner.dask import RunObserver
@@ -26,9 +29,18 @@ def page_link(dashboard_link: str | None) -> str | None:
 
 
 def _plain(value: Any) -> Any:
-    """Something msgpack and JSON can carry; other objects by a short repr."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
+    """Something msgpack and JSON can carry; other objects by a short repr.
+
+    Distributed checks event types exactly, so numpy scalars become Python numbers.
+    """
+    if value is None or isinstance(value, str):
+        return str(value) if value is not None else None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
     text = repr(value)
     return text if len(text) <= 80 else text[:79] + "…"
 
@@ -70,17 +82,24 @@ class DashboardReporter(RunObserver):
             return None
         reporter = cls(client, experiment)
         reporter._events.append(
-            {"kind": "experiment", "experiment": experiment, "meta": _params(meta)}
+            {"kind": "experiment", "experiment": str(experiment), "meta": _params(meta)}
         )
         reporter.flush()
         return reporter
 
     def trials_submitted(self, specs: list[TrialSpec]) -> None:
-        self._submitted.extend([s.number, _params(s.params)] for s in specs)
+        self._submitted.extend([int(s.number), _params(s.params)] for s in specs)
 
     def trial_ended(self, outcome: TrialOutcome, value: float | None) -> None:
         self._ended.append(
-            [outcome.number, outcome.state, value, outcome.worker, outcome.duration, None]
+            [
+                int(outcome.number),
+                str(outcome.state),
+                _plain(value),
+                _plain(outcome.worker),
+                _plain(outcome.duration),
+                None,
+            ]
         )
 
     def tick(self) -> None:
