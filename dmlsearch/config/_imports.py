@@ -1,0 +1,226 @@
+"""Importing user code by path, and building {class, params} specs."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pkgutil
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    ValidationInfo,
+)
+
+from ._common import Loc, _Problems, _suggest
+
+# -- imports -------------------------------------------------------------------------------
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?$")
+
+
+class _ImportFailed(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=256)
+def _submodules(package: str) -> tuple[str, ...]:
+    if not package:
+        return tuple(sorted(m.name for m in pkgutil.iter_modules()))
+    try:
+        module = importlib.import_module(package)
+    except Exception:
+        return ()
+    path = getattr(module, "__path__", None)
+    if path is None:
+        return ()
+    return tuple(sorted(f"{package}.{m.name}" for m in pkgutil.iter_modules(path)))
+
+
+def _with_folder(base_dir: Path | None) -> None:
+    # Modules next to the experiment file (a data loader, a custom estimator) import as
+    # top-level modules: the file's folder goes to the front of sys.path.
+    if base_dir is not None:
+        folder = str(base_dir)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def _import_module(name: str, base_dir: Path | None) -> Any:
+    _with_folder(base_dir)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or name
+        if name == missing or name.startswith(missing + "."):
+            parent = missing.rpartition(".")[0]
+            hint = _suggest(missing, _submodules(parent))
+            raise _ImportFailed(f"no module named {missing!r}{hint}") from None
+        raise _ImportFailed(f"importing {name!r} failed: {exc}") from None
+    except Exception as exc:
+        raise _ImportFailed(f"importing {name!r} failed: {type(exc).__name__}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _import_cached(path: str, base_dir: Path | None) -> Any:
+    if not _IMPORT_PATH.match(path):
+        raise _ImportFailed(
+            f"{path!r} is not an import path; write module.Name or module:name "
+            "(e.g. sklearn.svm.SVC)"
+        )
+    if ":" in path:
+        module_name, attr = path.split(":", 1)
+    else:
+        module_name, _, attr = path.rpartition(".")
+        if not module_name:
+            raise _ImportFailed(
+                f"{path!r} names no module; write module.Name (e.g. sklearn.svm.SVC)"
+            )
+    obj = _import_module(module_name, base_dir)
+    where = module_name
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            public = [n for n in dir(obj) if not n.startswith("_")]
+            raise _ImportFailed(
+                f"{where!r} has no attribute {part!r}{_suggest(part, public)}"
+            ) from None
+        where = f"{where}.{part}"
+    return obj
+
+
+def _import(path: str, base_dir: Path | None) -> Any:
+    return _import_cached(path, base_dir)
+
+
+def _base_dir(info: ValidationInfo) -> Path | None:
+    context = info.context if isinstance(info.context, dict) else {}
+    base = context.get("base_dir")
+    return Path(base) if base is not None else None
+
+
+# -- building objects from {class, params} specs ------------------------------------------
+
+_SPEC_KEYS = ("class", "params")
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, dict) and "class" in value
+
+
+def _build_value(value: Any, loc: Loc, problems: _Problems, base_dir: Path | None) -> Any:
+    """Params as written, with every ``{class: ..., params: ...}`` mapping built."""
+    if _is_spec(value):
+        return _build_spec(value, loc, problems, base_dir)
+    if isinstance(value, dict):
+        return {k: _build_value(v, (*loc, k), problems, base_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_build_value(v, (*loc, i), problems, base_dir) for i, v in enumerate(value)]
+    return value
+
+
+def _build_spec(
+    spec: Any,
+    loc: Loc,
+    problems: _Problems,
+    base_dir: Path | None,
+    *,
+    estimator: bool = False,
+    class_loc: Loc | None = None,
+) -> Any:
+    """Build ``{class: import.path, params: {...}}``; record problems rather than raise."""
+    class_loc = (*loc, "class") if class_loc is None else class_loc
+    before = len(problems.items)
+    if not isinstance(spec, dict):
+        problems.add(loc, "expected {class: import.path, params: {...}}", spec)
+        return None
+    for key in spec:
+        if key not in _SPEC_KEYS:
+            problems.add(
+                (*loc, key),
+                f"unknown key {key!r}{_suggest(str(key), _SPEC_KEYS)} (an object is "
+                "written {class: import.path, params: {...}})",
+                key,
+            )
+    path = spec.get("class")
+    raw_params = spec.get("params")
+    if raw_params is None:
+        raw_params = {}
+    if not isinstance(raw_params, dict):
+        problems.add((*loc, "params"), "expected a mapping of parameter -> value", raw_params)
+        raw_params = {}
+    params = {}
+    for name, value in raw_params.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            problems.add((*loc, "params", name), f"parameter names are identifiers, got {name!r}")
+            continue
+        params[name] = _build_value(value, (*loc, "params", name), problems, base_dir)
+    if not isinstance(path, str) or not path:
+        problems.add(class_loc, "expected an import path such as sklearn.svm.SVC", path)
+        return None
+    try:
+        cls = _import(path, base_dir)
+    except _ImportFailed as exc:
+        problems.add(class_loc, str(exc), path)
+        return None
+    if estimator and not (
+        isinstance(cls, type) and hasattr(cls, "fit") and hasattr(cls, "get_params")
+    ):
+        problems.add(
+            class_loc,
+            f"{path} is not an estimator class (a scikit-learn estimator has fit and get_params)",
+            path,
+        )
+        return None
+    if not callable(cls):
+        problems.add(class_loc, f"{path} is not a class or a function", path)
+        return None
+    name = getattr(cls, "__name__", path)
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        accepted = [
+            p.name
+            for p in signature.parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        try:
+            signature.bind(**params)
+        except TypeError as exc:
+            unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+            if unexpected:
+                bad = unexpected.group(1)
+                problems.add(
+                    (*loc, "params", bad),
+                    f"{name} has no parameter {bad!r}{_suggest(bad, accepted)}",
+                    bad,
+                )
+            else:
+                missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
+                where = (*loc, "params", missing.group(1)) if missing else (*loc, "params")
+                problems.add(where, f"{name}: {exc}")
+            return None
+    if len(problems.items) > before:
+        return None  # a problem in this spec: constructing it would only add noise
+    try:
+        obj = cls(**params)
+    except Exception as exc:
+        problems.add((*loc, "params"), f"{name}(...) failed: {type(exc).__name__}: {exc}")
+        return None
+    # scikit-learn checks parameter values only in fit; its declared constraints let us
+    # report `C: -1` now, with the parameter's path.
+    if hasattr(obj, "_parameter_constraints") and hasattr(obj, "_validate_params"):
+        try:
+            obj._validate_params()
+        except (ValueError, TypeError) as exc:
+            found = re.search(r"The '(\w+)' parameter", str(exc))
+            where = (*loc, "params", found.group(1)) if found else (*loc, "params")
+            problems.add(where, str(exc))
+            return None
+    return obj

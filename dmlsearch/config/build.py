@@ -1,0 +1,300 @@
+"""Builders: data, model, cv, registry, client and the search."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ._common import ConfigError, Problem, _known, _Problems, _suggest
+from ._data_model import DataSection, _build_model, _infer_format, _sklearn_datasets
+from ._imports import _build_spec, _import
+from ._load import _format_path
+from .schema import ExperimentConfig, LocalClusterSection, _dimensions
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from ..registry import Registry
+    from ..search import SearchCV
+
+
+# -- builders ------------------------------------------------------------------------------
+
+
+def _build_checked(build: Any) -> Any:
+    problems = _Problems()
+    obj = build(problems)
+    if problems:
+        raise ConfigError([Problem(_format_path(loc), msg) for loc, msg, _ in problems.items])
+    return obj
+
+
+def build_model(cfg: ExperimentConfig) -> Any:
+    """A fresh, unfitted estimator as ``model`` describes it."""
+    return _build_checked(lambda problems: _build_model(cfg.model, problems, None))
+
+
+def build_cv(cfg: ExperimentConfig) -> Any:
+    """``search.cv``: a number of folds, or a fresh splitter."""
+    cv = cfg.search.cv
+    if isinstance(cv, int):
+        return cv
+    return _build_checked(lambda problems: _build_spec(cv, ("search", "cv"), problems, None))
+
+
+def load_data(cfg: ExperimentConfig) -> tuple[Any, Any]:
+    """``(X, y)`` as ``data`` says: a scikit-learn dataset, a CSV/Parquet file or a loader."""
+    data = cfg.data
+    if data.dataset is not None:
+        name = data.dataset.rpartition(":")[2]
+        func = _sklearn_datasets()[name]
+        if name.startswith("load_"):
+            X, y = func(return_X_y=True, **data.kwargs)
+        else:
+            out = func(**data.kwargs)
+            X, y = out[0], out[1]
+        return X, y
+    if data.path is not None:
+        return _read_table(data)
+    assert data.loader is not None
+    func = _import(data.loader, None)
+    out = func(**data.kwargs)
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise ConfigError(
+            [
+                Problem(
+                    "data.loader",
+                    f"{data.loader} must return a tuple (X, y), got {type(out).__name__}",
+                )
+            ]
+        )
+    return out
+
+
+def _read_table(data: DataSection) -> tuple[Any, Any]:
+    import pandas as pd
+
+    assert data.path is not None and data.target is not None
+    fmt = data.format or _infer_format(data.path)
+    kwargs = dict(data.read_kwargs)
+    try:
+        if fmt == "parquet":
+            frame = pd.read_parquet(data.path, **kwargs)
+        else:
+            if data.path.lower().endswith((".tsv", ".tsv.gz")):
+                kwargs.setdefault("sep", "\t")
+            frame = pd.read_csv(data.path, **kwargs)
+    except FileNotFoundError:
+        raise ConfigError([Problem("data.path", f"no such file: {data.path}")]) from None
+    except ImportError as exc:
+        raise ConfigError(
+            [Problem("data.format", f"reading {fmt} needs an extra package: {exc}")]
+        ) from None
+    except Exception as exc:
+        raise ConfigError(
+            [Problem("data.path", f"cannot read {data.path}: {type(exc).__name__}: {exc}")]
+        ) from None
+    if data.target not in frame.columns:
+        columns = [str(c) for c in frame.columns]
+        raise ConfigError(
+            [
+                Problem(
+                    "data.target",
+                    f"no column {data.target!r}{_suggest(data.target, columns)} "
+                    f"(columns: {_known(columns)})",
+                )
+            ]
+        )
+    if data.features is not None:
+        missing = [c for c in data.features if c not in frame.columns]
+        if missing:
+            raise ConfigError([Problem("data.features", f"no column(s) {missing} in {data.path}")])
+        return frame[list(data.features)], frame[data.target]
+    return frame.drop(columns=[data.target]), frame[data.target]
+
+
+def make_registry(cfg: ExperimentConfig, url: str | None = None) -> Registry:
+    """The registry ``registry`` names (``url`` overrides it); close it when done."""
+    from ..registry import Registry
+
+    return Registry(url or cfg.registry.url, cfg.registry.artifacts)
+
+
+@contextmanager
+def open_client(cfg: ExperimentConfig) -> Iterator[Client | None]:
+    """A client on the cluster ``cluster`` describes, closed (with what it started) on exit.
+
+    Yields None when the file has no ``cluster`` section: the search then starts its
+    embedded LocalCluster. An unreachable address raises ConfigError.
+    """
+    section = cfg.cluster
+    if section is None:
+        yield None
+        return
+    from distributed import Client
+
+    if section.address is not None:
+        timeout = section.connect_timeout
+        try:
+            client = Client(section.address, set_as_default=False, timeout=f"{timeout}s")
+        except (OSError, TimeoutError) as exc:
+            raise ConfigError(
+                [
+                    Problem(
+                        "cluster.address",
+                        f"cannot reach a Dask scheduler at {section.address} within {timeout:g}s "
+                        f"({type(exc).__name__}); start one with `dask scheduler` or fix the address",
+                    )
+                ]
+            ) from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    cluster: Any
+    if section.local is not None:
+        cluster = _start_local(section.local)
+    else:
+        assert section.cls is not None
+        cls = _import(section.cls, None)
+        cluster = cls(**section.kwargs)
+        try:
+            if section.scale is not None:
+                cluster.scale(section.scale)
+            elif section.adapt is not None:
+                cluster.adapt(minimum=section.adapt.minimum, maximum=section.adapt.maximum)
+        except BaseException:
+            cluster.close()
+            raise
+    try:
+        client = Client(cluster, set_as_default=False)
+    except BaseException:
+        cluster.close()
+        raise
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _start_local(local: LocalClusterSection) -> Any:
+    from ..runner import start_local_cluster
+
+    extra = {} if local.memory_limit is None else {"memory_limit": local.memory_limit}
+    return start_local_cluster(local.n_workers, local.threads_per_worker, **extra)
+
+
+def build_search(
+    cfg: ExperimentConfig,
+    *,
+    client: Any = None,
+    registry: Any = None,
+    progress: bool | None = None,
+    resume: bool = False,
+) -> SearchCV:
+    """A ``SearchCV`` as ``model`` and ``search`` describe, recording as experiment ``name``.
+
+    ``client``: what :func:`open_client` yielded (None: the embedded default). ``registry``:
+    a Registry (default: :func:`make_registry`, closed by the caller via
+    ``search.registry.close()``).
+    """
+    from ..search import SearchCV
+
+    s = cfg.search
+    return SearchCV(
+        build_model(cfg),
+        s.space,
+        strategy=s.strategy,
+        n_trials=s.n_trials,
+        cv=build_cv(cfg),
+        scoring=s.scoring,
+        refit=s.refit,
+        error_score=s.error_score,
+        return_train_score=s.return_train_score,
+        random_state=s.random_state,
+        client=client,
+        max_concurrent_trials=s.max_concurrent_trials,
+        trial_timeout=s.trial_timeout,
+        time_budget=s.time_budget,
+        max_retries=s.max_retries,
+        progress=progress,
+        registry=registry if registry is not None else make_registry(cfg),
+        experiment_name=cfg.name,
+        resume=resume,
+    )
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    *,
+    resume: bool = False,
+    progress: bool | None = None,
+    registry_url: str | None = None,
+) -> SearchCV:
+    """Load the data, open the cluster and the registry, run the search; returns it fitted.
+
+    A new run refuses an experiment name the registry already holds (``resume=True``
+    continues it instead), before any cluster is started.
+    """
+    from ..registry import NotFoundError
+
+    with make_registry(cfg, registry_url) as registry:
+        if not resume:
+            try:
+                registry.experiment(cfg.name)
+            except NotFoundError:
+                pass
+            else:
+                raise ConfigError(
+                    [
+                        Problem(
+                            "name",
+                            f"experiment {cfg.name!r} already exists in {registry.url}; "
+                            "`dmlsearch resume` continues it, or pick another name "
+                            "(--set name=...)",
+                        )
+                    ]
+                )
+        X, y = load_data(cfg)
+        with open_client(cfg) as client:
+            search = build_search(
+                cfg, client=client, registry=registry, progress=progress, resume=resume
+            )
+            search.fit(X, y)
+    return search
+
+
+def summary(cfg: ExperimentConfig) -> dict[str, Any]:
+    """A JSON-friendly outline of a validated file (what ``dmlsearch validate`` prints)."""
+    data = cfg.data
+    source = data.dataset or data.path or data.loader
+    cluster: dict[str, Any]
+    c = cfg.cluster
+    if c is None:
+        cluster = {"kind": "embedded"}
+    elif c.address is not None:
+        cluster = {"kind": "address", "address": c.address}
+    elif c.local is not None:
+        cluster = {"kind": "local", **c.local.model_dump()}
+    else:
+        cluster = {"kind": "class", "class": c.cls, "scale": c.scale}
+    model = cfg.model
+    names = sorted({str(loc[-1]) for loc, _ in _dimensions(cfg.search.space)})
+    return {
+        "version": cfg.version,
+        "name": cfg.name,
+        "data": source,
+        "model": model.cls or "sklearn.pipeline.Pipeline",
+        "steps": list(model.steps) if model.steps is not None else None,
+        "parameters": names,
+        "strategy": cfg.search.strategy,
+        "n_trials": cfg.search.n_trials,
+        "time_budget": cfg.search.time_budget,
+        "cv": cfg.search.cv if isinstance(cfg.search.cv, int) else cfg.search.cv.get("class"),
+        "scoring": cfg.search.scoring,
+        "cluster": cluster,
+        "registry": cfg.registry.url,
+    }
