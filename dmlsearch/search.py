@@ -367,12 +367,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                             "total": strategy.total,
                             "n_splits": n_splits,
                             "metric": primary,
+                            "resume": self.resume,
                         },
                     )
                 if link:
                     logger.info("dmlsearch: Dask dashboard at %s", link)
                     progress.message(f"Dask dashboard: {link}")
                     if reporter is not None:
+                        logger.info("dmlsearch: live page at %s", page_link(link))
                         progress.message(f"dmlsearch page: {page_link(link)}")
                 runner = DaskRunner(
                     client,
@@ -396,12 +398,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     )
                 except BaseException as exc:
                     if reporter is not None:
-                        reporter.close(
+                        reporter.experiment_finished(
                             "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
                         )
                     raise
                 if reporter is not None:
-                    reporter.close("complete")
+                    reporter.experiment_finished("complete")
                 self.runner_stats_ = runner.stats
         except BaseException as exc:
             if recorder is not None:

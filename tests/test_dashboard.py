@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,8 +22,9 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
 from dmlsearch import Float, SearchCV
-from dmlsearch.dashboard import DashboardReporter, DashboardState, page_link
-from dmlsearch.dashboard.state import LEADERBOARD, MAX_EXPERIMENTS, MAX_FINISHED
+from dmlsearch.dashboard import TOPIC, DashboardReporter, DashboardState, page_link
+from dmlsearch.dashboard.plugin import STREAM_OP
+from dmlsearch.dashboard.state import LEADERBOARD, MAX_EXPERIMENTS, MAX_FINISHED, MAX_WORKERS
 from dmlsearch.testing import FailingClassifier
 
 
@@ -72,6 +79,46 @@ def test_state_is_bounded_and_keeps_experiments_apart():
     for i in range(MAX_EXPERIMENTS + 5):
         state.apply({"kind": "status", "experiment": f"x{i}", "status": "complete"})
     assert len(state.experiments) == MAX_EXPERIMENTS
+    # Workers that come and go on a long-lived cluster are counted, in bounded space.
+    churn = [_ended(i, 0.5, worker=f"tcp://w{i}") for i in range(MAX_WORKERS + 40)]
+    state.apply({"kind": "ended", "experiment": "c", "trials": churn})
+    per_worker = state.experiments["c"].snapshot()["per_worker"]
+    assert len(per_worker) == MAX_WORKERS + 1 and sum(per_worker.values()) == len(churn)
+    assert per_worker["(other workers)"] == 40
+
+
+def test_state_keeps_errors_and_ignores_fields_it_does_not_know():
+    state = DashboardState()
+    state.apply({"kind": "submitted", "experiment": "a", "trials": [[0, {"C": 1.0}]]})
+    row = [0, "failed", None, "w", 0.1, None, "ValueError: bad C", {"rung": 3}]
+    state.apply({"kind": "ended", "experiment": "a", "trials": [row]})
+    finished = state.snapshot()["experiments"][0]["finished"]
+    assert finished == [
+        {
+            "number": 0,
+            "state": "failed",
+            "value": None,
+            "worker": "w",
+            "duration": 0.1,
+            "params": {"C": 1.0},
+            "error": "ValueError: bad C",
+        }
+    ]
+
+
+def test_a_name_used_again_starts_afresh_unless_resumed():
+    state = DashboardState()
+    state.apply({"kind": "experiment", "experiment": "a", "meta": {}})
+    state.apply({"kind": "ended", "experiment": "a", "trials": [_ended(0, 0.9)]})
+    state.apply({"kind": "experiment", "experiment": "a", "meta": {"resume": True}})
+    state.apply({"kind": "ended", "experiment": "a", "trials": [_ended(1, 0.5)]})
+    assert state.experiments["a"].snapshot()["done"] == 2
+    state.apply({"kind": "experiment", "experiment": "a", "meta": {"resume": False}})
+    view = state.experiments["a"].snapshot()
+    assert view["done"] == 0 and view["best"] is None and view["status"] == "running"
+    state.apply({"kind": "experiment", "experiment": "b", "meta": {}})
+    state.apply({"kind": "experiment", "experiment": "a", "meta": {"resume": True}})
+    assert [e["name"] for e in state.snapshot()["experiments"]] == ["a", "b"]  # newest first
 
 
 def test_state_ignores_malformed_events():
@@ -99,46 +146,100 @@ def test_a_scheduler_that_refuses_the_plugin_only_warns(caplog):
     assert "dashboard page is off" in caplog.text
 
 
-def test_events_carry_only_types_distributed_accepts():
-    from distributed.client import _is_dumpable
+def _outcome(number: int, state: str = "complete", error: str | None = None) -> Any:
+    from dmlsearch._evaluate import TrialOutcome
 
-    from dmlsearch._evaluate import TrialOutcome, TrialSpec
-
-    sent = []
-
-    class Recorder:
-        def register_plugin(self, plugin):
-            pass
-
-        def log_event(self, topic, msg):
-            assert _is_dumpable(msg), msg  # what Client.log_event checks
-            sent.append(msg)
-
-    params = {"C": np.float64(0.5), "n": np.int64(3), "flag": np.bool_(True), "est": object()}
-    reporter = DashboardReporter.attach(Recorder(), "e", {"total": np.int64(4)})
-    reporter.trials_submitted([TrialSpec(np.int64(0), params, 1)])
-    outcome = TrialOutcome(
-        number=0,
-        params=params,
+    return TrialOutcome(
+        number=np.int64(number),
+        params={},
         seed=1,
-        state="complete",
+        state=state,
         test_scores=[{"score": 1.0}],
         train_scores=None,
         fit_times=[np.float64(0.1)],
         score_times=[np.float64(0.1)],
-        started=1.0,
-        finished=2.0,
+        started=np.float64(1.0),
+        finished=np.float64(2.0),
         worker="w",
-        error=None,
+        error=error,
     )
-    reporter.trial_ended(outcome, np.float64(0.75))
-    reporter.close("complete")
+
+
+class _StreamClient:
+    """What the reporter uses of a distributed.Client: the batched stream to the scheduler."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def register_plugin(self, plugin: Any) -> None:
+        pass
+
+    def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
+        assert msg["op"] == STREAM_OP
+        self.sent.append(msg["events"])
+
+
+class _EventClient:
+    """A client without the batched stream: the reporter falls back on log_event."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def register_plugin(self, plugin: Any) -> None:
+        pass
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        from distributed.client import _is_dumpable
+
+        assert topic == TOPIC and _is_dumpable(msg), msg  # what Client.log_event checks
+        self.sent.append(msg)
+
+
+@pytest.mark.parametrize("client_type", [_StreamClient, _EventClient])
+def test_reporter_batches_events_of_builtin_types(client_type):
+    from dmlsearch._evaluate import TrialSpec
+
+    client = client_type()
+    params = {"C": np.float64(0.5), "n": np.int64(3), "flag": np.bool_(True), "est": object()}
+    reporter = DashboardReporter(client, interval=3600)
+    assert reporter.register()
+    reporter.experiment_started("e", {"total": np.int64(40)})
+    assert len(client.sent) == 1  # the experiment shows at once
+    reporter.trials_submitted([TrialSpec(np.int64(i), params, 1) for i in range(40)])
+    for i in range(39):
+        reporter.trial_finished(_outcome(i), np.float64(i / 100))
+        reporter.tick()  # within the interval: nothing is sent
+    reporter.trial_finished(_outcome(39, "failed", "ValueError: " + "x" * 1000), None)
+    assert len(client.sent) == 1
+    reporter.experiment_finished("complete")
+    assert len(client.sent) == 2  # 40 trials and the end, in one message
+    kinds = [e["kind"] for e in client.sent[1]]
+    assert kinds == ["submitted", "ended", "status"]
     state = DashboardState()
-    for msg in sent:
+    for msg in client.sent:
         state.apply(msg)
     view = state.snapshot()["experiments"][0]
-    assert view["best"] == 0.75 and view["status"] == "complete"
-    assert view["finished"][0]["params"]["n"] == 3
+    assert view["best"] == 0.38 and view["status"] == "complete" and view["done"] == 40
+    shown = view["finished"][1]["params"]
+    assert shown.pop("est").startswith("<object object")
+    assert shown == {"C": 0.5, "n": 3, "flag": True}
+    assert (
+        view["finished"][0]["error"].startswith("ValueError")
+        and len(view["finished"][0]["error"]) == 200
+    )
+
+
+def test_reporter_goes_quiet_when_sending_fails(caplog):
+    class Broken(_StreamClient):
+        def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
+            raise RuntimeError("Client is closed")
+
+    reporter = DashboardReporter(Broken())
+    with caplog.at_level(logging.WARNING, logger="dmlsearch"):
+        reporter.experiment_started("e", {})
+        reporter.trial_finished(_outcome(0), 1.0)
+        reporter.experiment_finished("complete")
+    assert caplog.text.count("could not be sent") == 1
 
 
 # -- on a real cluster ---------------------------------------------------------------------
@@ -147,6 +248,20 @@ def test_events_carry_only_types_distributed_accepts():
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read()
+
+
+def _wait_for(
+    base: str, done: Callable[[dict[str, Any]], bool], timeout: float = 15
+) -> dict[str, dict[str, Any]]:
+    """The page's experiments by name, once ``done`` holds (events arrive asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = {
+            e["name"]: e for e in json.loads(_get(base + "/dmlsearch/api/state"))["experiments"]
+        }
+        if done(shown) or time.monotonic() > deadline:
+            return shown
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -191,9 +306,12 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
         progress=False,
     ).fit(X, y)
 
-    state = json.loads(_get(base + "/dmlsearch/api/state"))
-    shown = {e["name"]: e for e in state["experiments"]}
+    shown = _wait_for(base, lambda v: all(v.get(n, {}).get("status") == "complete" for n in names))
     assert quiet not in shown
+    # Events go over the batched stream, never into the scheduler's event log.
+    assert client.get_events(TOPIC) == ()
+    errors = [r["error"] for r in shown[names[1]]["finished"] if r["state"] == "failed"]
+    assert errors and all("ValueError" in e for e in errors), shown[names[1]]["finished"]
     metrics = _get(base + "/metrics").decode()
     for name, search in zip(names, (lr, failing), strict=True):
         expected = Counter(t.state for t in search.trials_)
@@ -229,3 +347,109 @@ def test_page_is_served_beside_the_dashboard_and_read_only(cluster):
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(request, timeout=10)
         assert info.value.code == 405
+
+
+# -- a scheduler in a process of its own, like a remote cluster's -------------------------
+
+_BLOCK_DASHBOARD = "import sys; sys.modules['dmlsearch.dashboard'] = None; "
+
+
+@pytest.fixture
+def remote_scheduler(request, tmp_path: Path) -> Iterator[Any]:
+    """A ``dask scheduler`` process and one ``dask worker`` process; yields a Client to them.
+
+    With ``request.param == "no-dashboard"`` the scheduler cannot import
+    ``dmlsearch.dashboard``, as where an older dmlsearch is installed on the scheduler.
+    """
+    from distributed import Client
+
+    prelude = _BLOCK_DASHBOARD if getattr(request, "param", "") == "no-dashboard" else ""
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            prelude + "from distributed.cli.dask_scheduler import main; main()",
+            "--host=127.0.0.1",
+            "--port=0",
+            "--dashboard-address=127.0.0.1:0",
+            f"--scheduler-file={scheduler_file}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    processes = [scheduler]
+    try:
+        deadline = time.monotonic() + 30
+        while not scheduler_file.exists():
+            assert scheduler.poll() is None and time.monotonic() < deadline, "no scheduler"
+            time.sleep(0.05)
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    f"--scheduler-file={scheduler_file}",
+                    "--host=127.0.0.1",
+                    "--nthreads=2",
+                    "--no-nanny",
+                    "--no-dashboard",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        with Client(scheduler_file=str(scheduler_file), set_as_default=False) as client:
+            client.wait_for_workers(1, timeout=30)
+            yield client
+    finally:
+        for process in reversed(processes):
+            process.kill()  # throwaway processes: no need for a graceful close
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.mark.cluster
+def test_a_scheduler_in_another_process_serves_the_page_and_metrics(remote_scheduler, data):
+    X, y = data
+    name = f"remote-{uuid.uuid4().hex[:6]}"
+    search = SearchCV(
+        LogisticRegression(),
+        {"C": Float(1e-3, 1e2, log=True)},
+        n_trials=5,
+        cv=2,
+        client=remote_scheduler,
+        experiment_name=name,
+        progress=False,
+        random_state=0,
+    ).fit(X, y)
+    base = remote_scheduler.dashboard_link.rsplit("/", 1)[0]
+    shown = _wait_for(base, lambda v: v.get(name, {}).get("status") == "complete")
+    assert shown[name]["counts"] == {"complete": 5}
+    assert shown[name]["best"] == pytest.approx(search.best_score_)
+    metrics = _get(base + "/metrics").decode()
+    assert re.search(rf'dmlsearch_trials_total\{{experiment="{name}",[^}}]*\}} 5\.0', metrics)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("remote_scheduler", ["no-dashboard"], indirect=True)
+def test_a_scheduler_without_the_dashboard_only_costs_the_page(remote_scheduler, data, caplog):
+    X, y = data
+    with caplog.at_level(logging.WARNING, logger="dmlsearch"):
+        search = SearchCV(
+            LogisticRegression(),
+            {"C": [0.1, 1.0, 10.0]},
+            cv=2,
+            client=remote_scheduler,
+            progress=False,
+        ).fit(X, y)
+    assert len(search.trials_) == 3
+    assert "dashboard page is off" in caplog.text
+    base = remote_scheduler.dashboard_link.rsplit("/", 1)[0]
+    with pytest.raises(urllib.error.HTTPError) as info:
+        _get(base + "/dmlsearch/api/state")
+    assert info.value.code == 404

@@ -32,9 +32,9 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
     name = f"browser-{uuid.uuid4().hex[:6]}"
     X, y = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2
     search = SearchCV(
-        SleepyClassifier(seconds=0.15),
+        SleepyClassifier(seconds=0.2),
         {"parameter": Float(0.0, 1.0)},
-        n_trials=30,
+        n_trials=24,
         cv=2,
         client=client,
         experiment_name=name,
@@ -72,12 +72,18 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
             )
             page.on("pageerror", lambda e: console_errors.append(str(e)))
             page.goto(url)
-            rows = page.locator(f'section[data-experiment="{name}"] table.finished-trials tbody tr')
-            counts = []
+            panel = f'section[data-experiment="{name}"]'
+            rows = page.locator(f"{panel} table.finished-trials tbody tr")
+            running = page.locator(f"{panel} .grid table").nth(1).locator("tbody tr")
+            counts, running_counts = [], []
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (len(counts) < 2 or counts[-1] < 30):
+            while time.monotonic() < deadline and (len(counts) < 2 or counts[-1] < 24):
                 counts.append(rows.count())
-                page.wait_for_timeout(700)
+                running_counts.append(running.count())
+                page.wait_for_timeout(500)
+            page.wait_for_timeout(1200)  # the status event follows the last trials
+            status = page.locator(f"{panel} .stats span").first.inner_text()
+            curve = page.locator(f"{panel} svg path").count()
             ARTIFACTS.mkdir(exist_ok=True)
             shot = ARTIFACTS / "dashboard-page.png"
             page.screenshot(path=str(shot), full_page=True)
@@ -89,7 +95,9 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
     seen = [c for c in counts if c > 0]
     # Rows appeared while the search ran and grew to every trial.
     assert len(set(seen)) >= 2, counts
-    assert counts[-1] == 30, counts
+    assert counts[-1] == 24, counts
+    assert max(running_counts) > 0, running_counts  # trials in flight were shown
+    assert status == "status: complete" and curve == 1
     assert "Leaderboard" in headings and "Best so far against time" in headings
     assert shot.stat().st_size > 10_000
     assert console_errors == []

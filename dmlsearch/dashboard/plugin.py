@@ -14,12 +14,15 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from .metrics import DashboardCollector
 from .state import DashboardState
 
-__all__ = ["PLUGIN_NAME", "TOPIC", "DashboardPlugin"]
+__all__ = ["PLUGIN_NAME", "STREAM_OP", "TOPIC", "DashboardPlugin"]
 
 logger = logging.getLogger("dmlsearch")
 
 PLUGIN_NAME = "dmlsearch-dashboard"
-#: Drivers publish their events under this topic (``Client.log_event``).
+#: Drivers send their event batches over the client's batched stream with this op: no
+#: round trip, ordered, and nothing kept in the scheduler's event log.
+STREAM_OP = "dmlsearch-events"
+#: The fallback: events published under this topic (``Client.log_event``, a round trip).
 TOPIC = "dmlsearch"
 
 
@@ -59,7 +62,7 @@ class DashboardPlugin(SchedulerPlugin):
     """Keeps the live state of every dmlsearch experiment on this scheduler.
 
     Registered from the client (``Client.register_plugin``), so it works on any cluster
-    whose scheduler can import dmlsearch. It reads only the events drivers publish; it
+    whose scheduler can import dmlsearch. It reads only the events drivers send; it
     never opens the registry database. Read-only: the page and the JSON accept GET only.
     """
 
@@ -73,6 +76,9 @@ class DashboardPlugin(SchedulerPlugin):
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        handlers = getattr(scheduler, "stream_handlers", None)
+        if isinstance(handlers, dict):
+            handlers[STREAM_OP] = self._on_events
         app = getattr(scheduler, "http_application", None)
         if app is not None:
             # A host rule of our own: tornado tries it when the dashboard's routes do not match.
@@ -84,11 +90,18 @@ class DashboardPlugin(SchedulerPlugin):
         self._collector = DashboardCollector(self.state, lambda: str(scheduler.address))
         prometheus_client.REGISTRY.register(self._collector)
 
+    def _on_events(self, events: Any = None, **kwargs: Any) -> None:
+        """The stream handler: one batch of events from a driver (``client=`` comes too)."""
+        self.state.apply(events)
+
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == TOPIC:
             self.state.apply(msg)
 
     async def close(self) -> None:
+        handlers = getattr(self.scheduler, "stream_handlers", None)
+        if isinstance(handlers, dict) and handlers.get(STREAM_OP) == self._on_events:
+            del handlers[STREAM_OP]
         if self._collector is not None:
             import prometheus_client
 

@@ -14,7 +14,15 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MAX_EXPERIMENTS", "MAX_FINISHED", "MAX_HISTORY", "DashboardState", "ExperimentView"]
+__all__ = [
+    "LEADERBOARD",
+    "MAX_EXPERIMENTS",
+    "MAX_FINISHED",
+    "MAX_HISTORY",
+    "MAX_WORKERS",
+    "DashboardState",
+    "ExperimentView",
+]
 
 #: Finished trials kept per experiment for the page (aggregates count every trial).
 MAX_FINISHED = 200
@@ -23,6 +31,8 @@ MAX_HISTORY = 1000
 #: Experiments kept; the oldest finished ones are dropped first.
 MAX_EXPERIMENTS = 50
 LEADERBOARD = 10
+#: Workers counted by name per experiment; later ones are counted together.
+MAX_WORKERS = 256
 
 
 def _number(value: Any) -> float | None:
@@ -54,20 +64,27 @@ class ExperimentView:
             self.running[int(number)] = {"number": int(number), "params": params, "since": now}
 
     def ended(self, trials: list[Any]) -> None:
-        for number, state, value, worker, duration, params in trials:
+        # [number, state, value, worker, duration, params, error, ...]: fields a newer
+        # driver adds at the end are ignored; error came after the first release.
+        for number, state, value, worker, duration, params, *rest in trials:
             number = int(number)
             entry = self.running.pop(number, None)
+            error = rest[0] if rest and isinstance(rest[0], str) else None
             row = {
                 "number": number,
                 "state": str(state),
                 "value": _number(value),
-                "worker": worker or "",
+                "worker": str(worker or ""),
                 "duration": _number(duration),
                 "params": params if params is not None else (entry or {}).get("params", {}),
+                "error": error,
             }
             self.finished.append(row)
             self.states[row["state"]] += 1
-            self.per_worker[row["worker"]] += 1
+            if row["worker"] in self.per_worker or len(self.per_worker) < MAX_WORKERS:
+                self.per_worker[row["worker"]] += 1
+            else:  # a long-lived cluster whose workers come and go: bounded all the same
+                self.per_worker["(other workers)"] += 1
             v = row["value"]
             if v is None:
                 continue
@@ -131,8 +148,13 @@ class DashboardState:
             kind = event.get("kind")
             try:
                 if kind == "experiment":
-                    view.meta = dict(event.get("meta") or {})
+                    meta = dict(event.get("meta") or {})
+                    if not meta.get("resume") and (view.states or view.running):
+                        # The name used again for a new search: start its panel afresh.
+                        view = self.experiments[view.name] = ExperimentView(view.name)
+                    view.meta = meta
                     view.status = "running"
+                    self.experiments.move_to_end(view.name)  # the page lists newest first
                 elif kind == "submitted":
                     view.submitted(list(event.get("trials") or []))
                 elif kind == "ended":

@@ -167,7 +167,7 @@ class RunObserver:
     def trials_submitted(self, specs: list[TrialSpec]) -> None:
         """Trials just sent to the cluster."""
 
-    def trial_ended(self, outcome: TrialOutcome, value: float | None) -> None:
+    def trial_finished(self, outcome: TrialOutcome, value: float | None) -> None:
         """A trial recorded, with the objective told to the strategy (None if it failed)."""
 
     def tick(self) -> None:
@@ -335,7 +335,7 @@ class DaskRunner:
                 failed += 1
             value = on_outcome(outcome)
             strategy.tell(outcome.number, value)
-            observer.trial_ended(outcome, value)
+            observer.trial_finished(outcome, value)
             if value is not None and (best is None or value > best):
                 best = value
 
