@@ -8,6 +8,7 @@ waiting), so a search on SQLite has a single writer however many workers it has.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +147,22 @@ class SearchRecorder:
         finally:
             if self.owns_registry:
                 self.registry.close()
+
+
+def same_params(stored: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether ``params`` is what the registry holds as ``stored`` (after its JSON round trip)."""
+    from .registry.sql import _dumps, _loads
+
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return a == b or (math.isnan(a) and math.isnan(b))
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+        return bool(a == b)
+
+    return equal(_loads(_dumps(stored)), _loads(_dumps(params)))
 
 
 def outcome_from_record(

@@ -30,6 +30,7 @@ from ._recording import (
     data_fingerprint,
     input_signature,
     outcome_from_record,
+    same_params,
 )
 from ._results import build_cv_results
 from ._scoring import Scoring, resolve_scoring
@@ -468,6 +469,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             params = record.params if strategy.adaptive else strategy.ask(record.number)
             if params is None:
                 continue
+            if not strategy.adaptive and not same_params(record.params, params):
+                recorder.close("interrupted")
+                raise InvalidParameterError(
+                    "resume",
+                    f"experiment {name!r} recorded trial {record.number} with "
+                    f"{record.params}, but this search gives it {params}: resume with the "
+                    "same search_space, strategy and random_state, or start a new experiment",
+                )
             strategy.restore(record.number, params, record.value)
             outcomes[record.number] = outcome_from_record(
                 record, params, n_splits, self.return_train_score

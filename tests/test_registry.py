@@ -202,6 +202,36 @@ def test_resume_model_based_search_continues_the_sampler(client, data, tmp_path)
         assert reg.store.count_trials(reg.experiment("tpe").id) == 10
 
 
+@pytest.mark.cluster
+def test_resume_with_a_changed_space_is_refused(client, data, tmp_path):
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+
+    def search(grid, **kwargs):
+        return SearchCV(
+            LogisticRegression(),
+            grid,
+            strategy="grid",
+            cv=2,
+            client=client,
+            registry=url,
+            experiment_name="g",
+            progress=False,
+            **kwargs,
+        )
+
+    search({"C": np.array([0.1, 1.0, 10.0])}).fit(X, y)
+    # The same grid, given as a list of Python floats, continues (nothing to rerun).
+    again = search({"C": [0.1, 1.0, 10.0]}, resume=True).fit(X, y)
+    assert len(again.trials_) == 3
+    with pytest.raises(InvalidParameterError, match="same search_space") as info:
+        search({"C": [0.5, 1.0, 10.0]}, resume=True).fit(X, y)
+    assert info.value.param == "resume"
+    with Registry(url) as registry:
+        assert registry.experiment("g").status == "interrupted"
+        assert len(registry.trials("g")) == 3
+
+
 def test_resume_needs_registry_and_name(data):
     X, y = data
     with pytest.raises(InvalidParameterError) as info:
