@@ -349,6 +349,51 @@ def test_page_is_served_beside_the_dashboard_and_read_only(cluster):
         assert info.value.code == 405
 
 
+@pytest.mark.cluster
+def test_dashboard_prefix_navigation_link_and_unregistering_the_plugin():
+    from distributed import Client, LocalCluster
+
+    from dmlsearch._evaluate import TrialSpec
+    from dmlsearch.dashboard import PLUGIN_NAME
+
+    with (
+        LocalCluster(
+            n_workers=0,
+            processes=True,
+            dashboard_address="127.0.0.1:0",
+            scheduler_kwargs={"http_prefix": "/dask"},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        base = f"http://127.0.0.1:{cluster.scheduler.http_server.port}/dask"
+        reporter = DashboardReporter.attach(client, "first", {"total": 2})
+        assert reporter is not None
+        reporter.trials_submitted([TrialSpec(i, {"C": 1.0}, 1) for i in range(2)])
+        reporter.trial_finished(_outcome(0), 0.5)
+        reporter.flush()
+        assert _wait_for(base, lambda v: v.get("first", {}).get("done") == 1)["first"]["done"] == 1
+        assert "api/state" in _get(base + "/dmlsearch/").decode()  # under the prefix
+        # The dashboard's navigation bar links to the page.
+        assert '<a href="dmlsearch">' in _get(base + "/status").decode()
+        assert 'dmlsearch_trials_total{experiment="first"' in _get(base + "/metrics").decode()
+
+        client.unregister_scheduler_plugin(PLUGIN_NAME)
+        for path in ("/dmlsearch", "/dmlsearch/api/state"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                _get(base + path)
+            assert info.value.code == 404
+        # (Other schedulers in this test process have series of their own.)
+        ours = f'scheduler="{cluster.scheduler.address}"'
+        assert ours not in _get(base + "/metrics").decode()
+
+        # Registered again: a fresh state, one set of series (a duplicate fails a scrape).
+        again = DashboardReporter.attach(client, "second", {})
+        assert again is not None
+        assert list(_wait_for(base, lambda v: "second" in v)) == ["second"]
+        metrics = _get(base + "/metrics").decode()
+        assert len(re.findall(rf"dmlsearch_trials_in_flight\{{[^}}]*{ours}", metrics)) == 1
+
+
 # -- a scheduler in a process of its own, like a remote cluster's -------------------------
 
 _BLOCK_DASHBOARD = "import sys; sys.modules['dmlsearch.dashboard'] = None; "

@@ -88,6 +88,12 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
             shot = ARTIFACTS / "dashboard-page.png"
             page.screenshot(path=str(shot), full_page=True)
             headings = page.locator(f'section[data-experiment="{name}"] h3').all_inner_texts()
+            dask_link = page.locator("#dask-link").get_attribute("href")
+            # And the way in: the dashboard's navigation bar links to the page.
+            page.goto(cluster.dashboard_link, wait_until="domcontentloaded")
+            page.locator('a[href="dmlsearch"]').first.click()
+            page.wait_for_url("**/dmlsearch")
+            page.locator(panel).wait_for()
             browser.close()
     finally:
         thread.join(timeout=120)
@@ -100,4 +106,5 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
     assert status == "status: complete" and curve == 1
     assert "Leaderboard" in headings and "Best so far against time" in headings
     assert shot.stat().st_size > 10_000
+    assert dask_link == "/status"  # back to the dashboard, beside the page
     assert console_errors == []

@@ -1,26 +1,31 @@
-"""Prometheus metrics of the dmlsearch plugin, one collector per scheduler plugin.
+"""Prometheus metrics of the dmlsearch plugin, one collector per scheduler.
 
-Distributed serves ``/metrics`` from prometheus_client's process-wide registry; each plugin
-registers its own collector there on start and removes it on close, so nothing module-level
-outlives a scheduler, and a ``scheduler`` label keeps two schedulers in one process apart.
+Distributed serves ``/metrics`` from prometheus_client's process-wide registry; the plugin
+registers a collector there when it first starts on a scheduler and removes it when the
+scheduler closes, so nothing module-level outlives a scheduler, and a ``scheduler`` label
+keeps two schedulers in one process apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Iterator
 from typing import Any
-
-from .state import DashboardState
 
 __all__ = ["DashboardCollector"]
 
 
 class DashboardCollector:
-    """Trials by state, best value and trials in flight, per experiment."""
+    """Trials by state, best value and trials in flight, per experiment.
 
-    def __init__(self, state: DashboardState, scheduler: Callable[[], str]) -> None:
-        self.state = state
-        self.scheduler = scheduler
+    It reads the scheduler's dashboard plugin of the moment: a plugin unregistered and
+    registered again must leave neither stale nor duplicate series (Prometheus refuses a
+    whole scrape with a duplicate). The scheduler is held weakly: the process-wide registry
+    must not keep a closed scheduler alive.
+    """
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = weakref.ref(scheduler)
 
     def describe(self) -> list[Any]:
         # Empty: prometheus_client then skips its duplicate-name check, which would refuse
@@ -30,6 +35,14 @@ class DashboardCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        from .plugin import live_plugin
+
+        scheduler = self._scheduler()
+        if scheduler is None:
+            return
+        plugin = live_plugin(scheduler)
+        if plugin is None:
+            return
         labels = ["scheduler", "experiment"]
         trials = CounterMetricFamily(
             "dmlsearch_trials", "Trials ended, by experiment and state", labels=[*labels, "state"]
@@ -40,8 +53,8 @@ class DashboardCollector:
         in_flight = GaugeMetricFamily(
             "dmlsearch_trials_in_flight", "Trials submitted and not yet ended", labels=labels
         )
-        address = self.scheduler()
-        for name, view in list(self.state.experiments.items()):
+        address = str(scheduler.address)
+        for name, view in list(plugin.state.experiments.items()):
             for state, count in view.states.items():
                 trials.add_metric([address, name, state], count)
             if view.best is not None:

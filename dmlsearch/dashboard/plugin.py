@@ -6,6 +6,8 @@ import contextlib
 import json
 import logging
 import math
+import weakref
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -14,7 +16,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from .metrics import DashboardCollector
 from .state import DashboardState
 
-__all__ = ["PLUGIN_NAME", "STREAM_OP", "TOPIC", "DashboardPlugin"]
+__all__ = ["PLUGIN_NAME", "STREAM_OP", "TOPIC", "DashboardPlugin", "live_plugin"]
 
 logger = logging.getLogger("dmlsearch")
 
@@ -24,6 +26,8 @@ PLUGIN_NAME = "dmlsearch-dashboard"
 STREAM_OP = "dmlsearch-events"
 #: The fallback: events published under this topic (``Client.log_event``, a round trip).
 TOPIC = "dmlsearch"
+#: The page's name in the dashboard's navigation bar (and its path under the dashboard).
+PAGE = "dmlsearch"
 
 
 def _clean(obj: Any) -> Any:
@@ -37,25 +41,97 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _handlers(state: DashboardState) -> list[Any]:
+def live_plugin(scheduler: Any) -> DashboardPlugin | None:
+    """The dashboard plugin the scheduler runs now, if any.
+
+    The routes and the metrics collector outlive one plugin object (tornado cannot remove a
+    route, and ``unregister_scheduler_plugin`` does not close the plugin), so they look the
+    plugin up on every request rather than holding one.
+    """
+    plugins = getattr(scheduler, "plugins", None) or {}
+    plugin = plugins.get(PLUGIN_NAME)
+    if isinstance(plugin, DashboardPlugin):
+        return plugin
+    # Registered under a name of the caller's choosing (``register_plugin(p, name=...)``).
+    return next((p for p in plugins.values() if isinstance(p, DashboardPlugin)), None)
+
+
+@dataclass
+class _Installed:
+    """What the plugin added to one scheduler, installed once whatever the plugin objects."""
+
+    routes: bool = False
+    collector: DashboardCollector | None = None
+
+
+# Weak: bookkeeping must not keep a closed scheduler (tests start many) alive.
+_INSTALLED: weakref.WeakKeyDictionary[Any, _Installed] = weakref.WeakKeyDictionary()
+
+
+def _http_prefix(app: Any) -> str:
+    """The dashboard's URL prefix (``--dashboard-prefix``), read off its ``health`` route.
+
+    The scheduler does not keep the prefix it was given; every route of its own starts
+    with it. ``/`` when the route is not there (routes changed in the Dask config).
+    """
+    for rule in getattr(getattr(app, "wildcard_router", None), "rules", []):
+        pattern = getattr(getattr(rule.matcher, "regex", None), "pattern", "")
+        if pattern.endswith("/health$"):
+            return pattern[: -len("health$")]
+    return "/"
+
+
+def _handlers(scheduler: Any, prefix: str) -> list[Any]:
     from tornado import web
 
     page = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
-    class PageHandler(web.RequestHandler):
+    class Handler(web.RequestHandler):
         # GET only: tornado answers every other method with 405.
-        def get(self) -> None:
-            self.set_header("Content-Type", "text/html; charset=utf-8")
+        def initialize(self) -> None:
             self.set_header("Cache-Control", "no-store")
+
+        def plugin(self) -> DashboardPlugin:
+            plugin = live_plugin(scheduler)
+            if plugin is None:  # unregistered: the route stays, the page goes
+                raise web.HTTPError(404)
+            return plugin
+
+    class PageHandler(Handler):
+        def get(self) -> None:
+            self.plugin()
+            self.set_header("Content-Type", "text/html; charset=utf-8")
             self.write(page)
 
-    class StateHandler(web.RequestHandler):
+    class StateHandler(Handler):
         def get(self) -> None:
+            state = self.plugin().state.snapshot()
             self.set_header("Content-Type", "application/json")
-            self.set_header("Cache-Control", "no-store")
-            self.write(json.dumps(_clean(state.snapshot()), default=str))
+            self.write(json.dumps(_clean(state), default=str))
 
-    return [(r"/dmlsearch/?", PageHandler), (r"/dmlsearch/api/state", StateHandler)]
+    return [
+        (rf"{prefix}{PAGE}/?", PageHandler),
+        (rf"{prefix}{PAGE}/api/state", StateHandler),
+    ]
+
+
+def _navigation_pages(scheduler: Any) -> list[str] | None:
+    """The list of pages in the Bokeh dashboard's navigation bar, if it runs.
+
+    ``distributed.dashboard.scheduler.template_variables`` is memoized per scheduler and its
+    ``pages`` list is shared with every page the dashboard renders, so a name added there
+    shows as a link on the dashboard's pages opened afterwards. Private API: any surprise
+    leaves the bar as it is.
+    """
+    if not getattr(getattr(scheduler, "http_application", None), "applications", None):
+        return None  # no Bokeh dashboard (not installed, or the scheduler has none)
+    try:
+        from distributed.dashboard.scheduler import template_variables
+
+        pages = template_variables(scheduler)["pages"]
+    except Exception:
+        return None
+    return pages if isinstance(pages, list) else None
 
 
 class DashboardPlugin(SchedulerPlugin):
@@ -71,40 +147,53 @@ class DashboardPlugin(SchedulerPlugin):
 
     def __init__(self) -> None:
         self.state = DashboardState()
-        self._collector: DashboardCollector | None = None
         self.scheduler: Any = None
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        installed = _INSTALLED.setdefault(scheduler, _Installed())
         handlers = getattr(scheduler, "stream_handlers", None)
         if isinstance(handlers, dict):
             handlers[STREAM_OP] = self._on_events
         app = getattr(scheduler, "http_application", None)
-        if app is not None:
+        if app is not None and not installed.routes:
             # A host rule of our own: tornado tries it when the dashboard's routes do not match.
-            app.add_handlers(r".*", _handlers(self.state))
-        try:
-            import prometheus_client
-        except ImportError:
-            return
-        self._collector = DashboardCollector(self.state, lambda: str(scheduler.address))
-        prometheus_client.REGISTRY.register(self._collector)
+            app.add_handlers(r".*", _handlers(scheduler, _http_prefix(app)))
+            installed.routes = True
+        pages = _navigation_pages(scheduler)
+        if pages is not None and PAGE not in pages:
+            pages.append(PAGE)
+        if installed.collector is None:
+            try:
+                import prometheus_client
+            except ImportError:
+                return
+            collector = DashboardCollector(scheduler)
+            prometheus_client.REGISTRY.register(collector)
+            installed.collector = collector
 
     def _on_events(self, events: Any = None, **kwargs: Any) -> None:
         """The stream handler: one batch of events from a driver (``client=`` comes too)."""
-        self.state.apply(events)
+        if live_plugin(self.scheduler) is self:  # else unregistered: nobody shows them
+            self.state.apply(events)
 
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == TOPIC:
             self.state.apply(msg)
 
     async def close(self) -> None:
-        handlers = getattr(self.scheduler, "stream_handlers", None)
+        """The scheduler closes (or a newer distributed closes unregistered plugins)."""
+        scheduler = self.scheduler
+        handlers = getattr(scheduler, "stream_handlers", None)
         if isinstance(handlers, dict) and handlers.get(STREAM_OP) == self._on_events:
             del handlers[STREAM_OP]
-        if self._collector is not None:
+        pages = _navigation_pages(scheduler)
+        if pages is not None and PAGE in pages:
+            pages.remove(PAGE)
+        installed = _INSTALLED.get(scheduler) if scheduler is not None else None
+        if installed is not None and installed.collector is not None:
             import prometheus_client
 
             with contextlib.suppress(KeyError):  # already gone
-                prometheus_client.REGISTRY.unregister(self._collector)
-            self._collector = None
+                prometheus_client.REGISTRY.unregister(installed.collector)
+            installed.collector = None
