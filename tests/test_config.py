@@ -455,6 +455,38 @@ def test_field_errors(path: str, value: Any, error_path: str | None, text: str |
     assert errors[error_path].line is not None
 
 
+def test_a_misspelt_parameter_does_not_hide_bad_values() -> None:
+    """`kernal` used to stop the check: `C: -1` and `tol: 0` were only found in fit."""
+    params = {"kernal": "rbf", "C": -1, "tol": 0, "probabilty": True, "gamma": "auto"}
+    for path in ("model.steps.clf", "model"):
+        spec = {"class": "sklearn.svm.SVC", "params": params}
+        base = copy.deepcopy(VALID)
+        if path == "model":
+            base["search"]["space"] = {"C": [1, 2]}
+        errors = problems(with_value(path, spec, base))
+        prefix = f"{path}.params."
+        assert set(errors) == {prefix + p for p in ("kernal", "probabilty", "C", "tol")}, errors
+        assert "did you mean 'kernel'" in errors[prefix + "kernal"].message
+        assert "did you mean 'probability'" in errors[prefix + "probabilty"].message
+        assert "'C' parameter of SVC" in errors[prefix + "C"].message
+        assert "'tol' parameter of SVC" in errors[prefix + "tol"].message
+        assert all(p.line is not None for p in errors.values())
+
+
+def test_estimators_taking_any_keyword_accept_any_name(tmp_path: Path) -> None:
+    (tmp_path / "anykw_estimators.py").write_text(
+        "from sklearn.linear_model import LogisticRegression\n"
+        "class AnyKeywords(LogisticRegression):\n"
+        "    def __init__(self, C=1.0, **extra):\n"
+        "        super().__init__(C=C)\n"
+    )
+    spec = {"class": "anykw_estimators.AnyKeywords", "params": {"anything": 1}}
+    base = copy.deepcopy(VALID)
+    base["search"]["space"] = {"clf__C": [1.0, 2.0]}
+    cfg = parse_config(with_value("model.steps.clf", spec, base), base_dir=tmp_path)
+    assert type(build_model(cfg).named_steps["clf"]).__name__ == "AnyKeywords"
+
+
 def test_conditional_subspaces_and_estimator_choices() -> None:
     space = [
         {

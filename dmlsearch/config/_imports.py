@@ -97,6 +97,38 @@ def _import(path: str, base_dir: Path | None) -> Any:
     return _import_cached(path, base_dir)
 
 
+def _invalid_values(obj: Any, given: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """Each parameter of a scikit-learn estimator its declared constraints refuse.
+
+    scikit-learn's own ``_validate_params`` stops at the first; checking the parameters one
+    at a time reports them all. Returns ``(parameter or None, message)`` pairs.
+    """
+    try:
+        from sklearn.utils._param_validation import validate_parameter_constraints
+    except ImportError:  # pragma: no cover - a scikit-learn without the private helper
+        validate_parameter_constraints = None
+    caller = type(obj).__name__
+    constraints = getattr(obj, "_parameter_constraints", None)
+    if validate_parameter_constraints is None or not isinstance(constraints, dict):
+        try:
+            obj._validate_params()
+        except (ValueError, TypeError) as exc:
+            found = re.search(r"The '(\w+)' parameter", str(exc))
+            return [(found.group(1) if found else None, str(exc))]
+        return []
+    out: list[tuple[str | None, str]] = []
+    values = obj.get_params(deep=False)
+    # The parameters written in the file first, then defaults an estimator may tie to them.
+    for key in [*given, *(k for k in values if k not in given)]:
+        if key not in constraints or key not in values:
+            continue
+        try:
+            validate_parameter_constraints({key: constraints[key]}, {key: values[key]}, caller)
+        except (ValueError, TypeError) as exc:
+            out.append((key, str(exc)))
+    return out
+
+
 def _base_dir(info: ValidationInfo) -> Path | None:
     context = info.context if isinstance(info.context, dict) else {}
     base = context.get("base_dir")
@@ -180,33 +212,39 @@ def _build_spec(
         problems.add(class_loc, f"{path} is not a class or a function", path)
         return None
     name = getattr(cls, "__name__", path)
+    # A problem with one parameter must not hide another: every unknown name is reported,
+    # then the values of the known ones are checked.
+    unknown: list[str] = []
     try:
         signature = inspect.signature(cls)
     except (TypeError, ValueError):
         signature = None
-    if signature is not None:
+    if signature is not None and not any(
+        p.kind is p.VAR_KEYWORD for p in signature.parameters.values()
+    ):
         accepted = [
             p.name
             for p in signature.parameters.values()
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         ]
-        try:
-            signature.bind(**params)
-        except TypeError as exc:
-            unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-            if unexpected:
-                bad = unexpected.group(1)
+        for bad in params:
+            if bad not in accepted:
+                unknown.append(bad)
                 problems.add(
                     (*loc, "params", bad),
                     f"{name} has no parameter {bad!r}{_suggest(bad, accepted)}",
                     bad,
                 )
-            else:
-                missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
-                where = (*loc, "params", missing.group(1)) if missing else (*loc, "params")
-                problems.add(where, f"{name}: {exc}")
+        params = {k: v for k, v in params.items() if k not in unknown}
+    if signature is not None:
+        try:
+            signature.bind(**params)
+        except TypeError as exc:
+            missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
+            where = (*loc, "params", missing.group(1)) if missing else (*loc, "params")
+            problems.add(where, f"{name}: {exc}")
             return None
-    if len(problems.items) > before:
+    if len(problems.items) > before + len(unknown):
         return None  # a problem in this spec: constructing it would only add noise
     try:
         obj = cls(**params)
@@ -214,13 +252,10 @@ def _build_spec(
         problems.add((*loc, "params"), f"{name}(...) failed: {type(exc).__name__}: {exc}")
         return None
     # scikit-learn checks parameter values only in fit; its declared constraints let us
-    # report `C: -1` now, with the parameter's path.
+    # report `C: -1` now, with the parameter's path - every bad value, not the first.
     if hasattr(obj, "_parameter_constraints") and hasattr(obj, "_validate_params"):
-        try:
-            obj._validate_params()
-        except (ValueError, TypeError) as exc:
-            found = re.search(r"The '(\w+)' parameter", str(exc))
-            where = (*loc, "params", found.group(1)) if found else (*loc, "params")
-            problems.add(where, str(exc))
-            return None
+        for param, message in _invalid_values(obj, params):
+            problems.add((*loc, "params", param) if param else (*loc, "params"), message)
+    if len(problems.items) > before:
+        return None
     return obj
