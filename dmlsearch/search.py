@@ -38,7 +38,7 @@ from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
 from .registry import FormatError, Registry, as_registry
 from .runner import DaskRunner, cluster_shape, resolve_client
-from .space import as_space
+from .space import as_space, describe_value
 from .strategies import Strategy, make_strategy
 
 __all__ = ["SearchCV"]
@@ -441,14 +441,41 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         outcomes: dict[int, TrialOutcome],
         skip: set[int],
     ) -> tuple[SearchRecorder, int, Strategy]:
-        """Open (or, with ``resume``, reopen) the experiment and restore its finished trials."""
-        recorder = SearchRecorder(
-            registry, name, metric=primary, owns_registry=registry is not self.registry
-        )
+        """Open (or, with ``resume``, reopen) the experiment and restore its finished trials.
+
+        A refused resume leaves the experiment as it found it (status included).
+        """
+        from .registry import NotFoundError
+        from .registry.sql import _dumps, _loads
+
+        def stored_form(value: Any) -> Any:
+            # How the registry keeps a value: JSON (tuples as lists, objects as repr).
+            return _loads(_dumps(value))
+
+        owns = registry is not self.registry
+        config = self._config_snapshot(seed, n_splits)
+        previous_status: str | None = None
+        if self.resume:
+            try:
+                try:
+                    existing = registry.store.get_experiment(name)
+                except NotFoundError:
+                    raise InvalidParameterError(
+                        "resume",
+                        f"there is no experiment {name!r} in the registry to resume: run it "
+                        "first, or drop resume (resume=False) to start it",
+                    ) from None
+                _check_same_config(name, existing.config, stored_form(config))
+            except BaseException:
+                if owns:
+                    registry.close()
+                raise
+            previous_status = existing.status
+        recorder = SearchRecorder(registry, name, metric=primary, owns_registry=owns)
         try:
             prior = recorder.open(
                 resume=self.resume,
-                config=self._config_snapshot(seed, n_splits),
+                config=config,
                 fingerprint=fingerprint,
                 cluster=cluster,
             )
@@ -463,20 +490,36 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         if prior.seed != seed:
             seed = prior.seed
             strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+
+        def refuse(message: str) -> InvalidParameterError:
+            recorder.close(previous_status or "interrupted")
+            return InvalidParameterError("resume", message)
+
         for record in prior.trials:
-            # Grid and random trials are pure functions of (seed, number): regenerate
-            # their exact parameters; model-based ones come back from the registry.
-            params = record.params if strategy.adaptive else strategy.ask(record.number)
-            if params is None:
-                continue
-            if not strategy.adaptive and not same_params(record.params, params):
-                recorder.close("interrupted")
-                raise InvalidParameterError(
-                    "resume",
-                    f"experiment {name!r} recorded trial {record.number} with "
-                    f"{record.params}, but this search gives it {params}: resume with the "
-                    "same search_space, strategy and random_state, or start a new experiment",
-                )
+            if strategy.adaptive:
+                # Model-based trials come back from the registry in their stored (JSON)
+                # form: decode them through the space, so object choices are objects again.
+                try:
+                    params = space.decode(record.params, stored_form)
+                except ValueError as exc:
+                    raise refuse(
+                        f"experiment {name!r} recorded trial {record.number} with "
+                        f"{record.params}, which this search_space does not hold ({exc}): "
+                        "resume with the same search_space, or start a new experiment "
+                        "(another experiment_name)"
+                    ) from None
+            else:
+                # Grid and random trials are pure functions of (seed, number): regenerate
+                # their exact parameters, and refuse a space that gives them others.
+                params = strategy.ask(record.number)
+                if params is None:
+                    continue
+                if not same_params(record.params, params):
+                    raise refuse(
+                        f"experiment {name!r} recorded trial {record.number} with "
+                        f"{record.params}, but this search gives it {params}: resume with the "
+                        "same search_space, strategy and random_state, or start a new experiment"
+                    )
             strategy.restore(record.number, params, record.value)
             outcomes[record.number] = outcome_from_record(
                 record, params, n_splits, self.return_train_score
@@ -485,7 +528,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         return recorder, seed, strategy
 
     def _config_snapshot(self, seed: int, n_splits: int) -> dict[str, Any]:
-        """What the experiment records about this search (JSON-friendly reprs)."""
+        """What the experiment records about this search (JSON-friendly).
+
+        The ``repr`` entries are for people; ``estimator_spec`` and ``search_space_spec``
+        describe both exactly (see :func:`~dmlsearch.space.describe_value`) so that a
+        resume can tell whether either changed.
+        """
         return {
             "estimator": repr(self.estimator),
             "search_space": repr(self.search_space),
@@ -497,6 +545,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             "scoring": repr(self.scoring),
             "refit": repr(self.refit),
             "seed": seed,
+            "estimator_spec": describe_value(self.estimator),
+            "search_space_spec": as_space(self.search_space).describe(),
         }
 
     def _register_best(self, recorder: SearchRecorder, X: Any) -> None:
@@ -552,7 +602,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.n_splits_ = n_splits
         self.scorer_ = scoring.scorer_
         self.multimetric_ = scoring.multimetric
-        if self.refit is not False:
+        # As scikit-learn: with one metric the best candidate is known even when refit=False.
+        if self.refit or not scoring.multimetric:
             if callable(self.refit):
                 index = self.refit(results)
                 if (
@@ -585,19 +636,39 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
     # -- results helpers ---------------------------------------------------------
     def trials_dataframe(self) -> pd.DataFrame:
-        """``trials_`` as a DataFrame: one row per trial, one ``param_`` column per parameter."""
+        """``trials_`` as a DataFrame: one row per trial, one ``param_`` column per parameter.
+
+        ``value`` is the objective the strategy maximised, as Optuna names it: the mean
+        test score of the refit metric (the first metric when ``refit`` names none), NaN
+        for a trial that did not complete. ``mean_test_<metric>`` are ``cv_results_``'s
+        columns, as scikit-learn names them (failed trials hold ``error_score``).
+        """
         check_is_fitted(self, "trials_")
+        results = self.cv_results_
+        metrics = [k[len("mean_test_") :] for k in results if k.startswith("mean_test_")]
+        primary = (
+            self.refit
+            if self.multimetric_ and isinstance(self.refit, str) and self.refit in metrics
+            else metrics[0]
+        )
         rows = []
-        for t in self.trials_:
+        for i, t in enumerate(self.trials_):
+            value = float(results[f"mean_test_{primary}"][i])
             row: dict[str, Any] = {
                 "number": t.number,
+                "value": value if t.state == COMPLETE else float("nan"),
                 "state": t.state,
-                "duration": t.duration,
-                "worker": t.worker,
-                "retries": t.retries,
-                "seed": t.seed,
-                "error": t.error,
             }
+            row.update({f"mean_test_{m}": float(results[f"mean_test_{m}"][i]) for m in metrics})
+            row.update(
+                {
+                    "duration": t.duration,
+                    "worker": t.worker,
+                    "retries": t.retries,
+                    "seed": t.seed,
+                    "error": t.error,
+                }
+            )
             row.update({f"param_{k}": v for k, v in t.params.items()})
             rows.append(row)
         return pd.DataFrame(rows)
@@ -663,6 +734,76 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def inverse_transform(self, X: Any) -> Any:
         self._check_refit("inverse_transform")
         return self.best_estimator_.inverse_transform(X)
+
+
+#: What a resume must not change, and what the message calls it.
+_RESUME_FIXED = {"estimator_spec": "estimator", "search_space_spec": "search_space"}
+
+
+def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to resume experiment ``name`` with another estimator or search space."""
+    changed, labels = [], []
+    for key, label in _RESUME_FIXED.items():
+        if key not in stored:  # recorded before the snapshot held it
+            continue
+        diffs = _differences(stored[key], current.get(key), label)
+        if diffs:
+            shown = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
+            changed.append(f"the {label} changed ({shown})")
+            labels.append(label)
+    if changed:
+        raise InvalidParameterError(
+            "resume",
+            f"cannot resume experiment {name!r}: {' and '.join(changed)}. Resume with the "
+            f"same {' and '.join(labels)} it ran with, or start a new experiment (another "
+            "experiment_name)",
+        )
+
+
+def _differences(old: Any, new: Any, path: str) -> list[str]:
+    """Where two JSON-like values differ, as ``path: old -> new`` lines."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            if key not in new:
+                out.append(f"{path}.{key} removed")
+            elif key not in old:
+                out.append(f"{path}.{key} added")
+            else:
+                out.extend(_differences(old[key], new[key], f"{path}.{key}"))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            out.extend(_differences(a, b, f"{path}[{i}]"))
+        return out
+    if old == new or (
+        isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new)
+    ):
+        return []
+    return [f"{path}: {_short(old)} -> {_short(new)}"]
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+class _PhaseClock:
+    """Seconds per phase of ``fit``, measured back to back."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self._last = self.start
+        self.laps: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in self.laps.items())
+        return f"fit took {self._last - self.start:.1f} s ({parts})"
 
 
 def _strategy_name(strategy: Any) -> str:

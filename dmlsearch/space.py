@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import product
@@ -34,7 +35,69 @@ __all__ = [
     "Int",
     "SearchSpace",
     "as_space",
+    "describe_value",
 ]
+
+#: How a value looks once stored (the registry's JSON round trip); identity by default.
+StoredForm = Callable[[Any], Any]
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def describe_value(value: Any) -> Any:
+    """A JSON-friendly description of ``value`` that is equal for equal configurations.
+
+    Estimators are described by class and ``get_params(deep=False)``, recursively (their
+    ``repr`` elides long parameter lists); functions and classes by qualified name; numpy
+    scalars and arrays as Python numbers and lists; anything else by its ``repr`` without
+    memory addresses. Used to tell whether a resumed search still has the same estimator
+    and space.
+    """
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [describe_value(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [describe_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): describe_value(v) for k, v in value.items()}
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    get_params = getattr(value, "get_params", None)
+    if callable(get_params):
+        try:
+            params = get_params(deep=False)
+        except Exception:  # a broken get_params falls back to the repr
+            params = None
+        if isinstance(params, Mapping):
+            return {
+                "class": describe_value(type(value)),
+                "params": {str(k): describe_value(params[k]) for k in sorted(params)},
+            }
+    return _ADDRESS.sub("", repr(value))
+
+
+def _same_stored(a: Any, b: Any, *, strict: bool) -> bool:
+    """Equality of two stored (JSON) values; ``strict`` also requires equal types."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(
+            _same_stored(x, y, strict=strict) for x, y in zip(a, b, strict=True)
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_stored(a[k], b[k], strict=strict) for k in a)
+    if strict and type(a) is not type(b):
+        return False
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class Dimension(ABC):
@@ -58,6 +121,21 @@ class Dimension(ABC):
     def is_finite(self) -> bool:
         """Whether ``grid_values`` can enumerate this dimension."""
         return True
+
+    def grid_sequence(self, name: str) -> Sequence[Any]:
+        """``grid_values`` as an indexable sequence (lazy where the dimension allows)."""
+        return self.grid_values(name)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-friendly description, equal for dimensions that draw the same values."""
+        return {"type": describe_value(type(self)), "repr": describe_value(repr(self))}
+
+    def decode(self, stored: Any, stored_form: StoredForm) -> Any:
+        """The value of this dimension stored as ``stored``; ValueError if there is none.
+
+        The default accepts ``stored`` as it is; the built-in dimensions check it.
+        """
+        return stored
 
 
 def _check_number(name: str, value: Any, integral: bool) -> None:
@@ -105,6 +183,14 @@ class Float(Dimension):
     def is_finite(self) -> bool:
         return self.low == self.high
 
+    def describe(self) -> dict[str, Any]:
+        return {"type": "float", "low": float(self.low), "high": float(self.high), "log": self.log}
+
+    def decode(self, stored: Any, stored_form: StoredForm) -> float:
+        if not _is_real(stored) or not self.low <= stored <= self.high:
+            raise ValueError(f"{stored!r} is not a number in [{self.low}, {self.high}]")
+        return float(stored)
+
 
 @dataclass(frozen=True)
 class Int(Dimension):
@@ -140,7 +226,32 @@ class Int(Dimension):
         return int(self.low) + int(self.step) * int(rng.integers(0, n + 1))
 
     def grid_values(self, name: str) -> list[Any]:
-        return list(range(int(self.low), int(self.high) + 1, int(self.step)))
+        return list(self.grid_sequence(name))
+
+    def grid_sequence(self, name: str) -> range:
+        # A range indexes in O(1): a grid of 10**12 points is never materialised.
+        return range(int(self.low), int(self.high) + 1, int(self.step))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "int",
+            "low": int(self.low),
+            "high": int(self.high),
+            "log": self.log,
+            "step": int(self.step),
+        }
+
+    def decode(self, stored: Any, stored_form: StoredForm) -> int:
+        integral = _is_real(stored) and float(stored).is_integer()
+        if (
+            not integral
+            or not self.low <= stored <= self.high
+            or (int(stored) - int(self.low)) % int(self.step)
+        ):
+            raise ValueError(
+                f"{stored!r} is not an integer in [{self.low}, {self.high}] on step {self.step}"
+            )
+        return int(stored)
 
 
 @dataclass(frozen=True)
@@ -165,6 +276,18 @@ class Categorical(Dimension):
     def grid_values(self, name: str) -> list[Any]:
         return list(self.choices)
 
+    def describe(self) -> dict[str, Any]:
+        return {"type": "categorical", "choices": [describe_value(c) for c in self.choices]}
+
+    def decode(self, stored: Any, stored_form: StoredForm) -> Any:
+        forms = [stored_form(c) for c in self.choices]
+        # Same type first (1, 1.0 and True are three choices), then plain equality.
+        for strict in (True, False):
+            for choice, form in zip(self.choices, forms, strict=True):
+                if _same_stored(form, stored, strict=strict):
+                    return choice
+        raise ValueError(f"{stored!r} is not one of the choices {list(self.choices)!r}")
+
 
 @dataclass(frozen=True, eq=False)
 class Distribution(Dimension):
@@ -188,6 +311,26 @@ class Distribution(Dimension):
     @property
     def is_finite(self) -> bool:
         return False
+
+    def describe(self) -> dict[str, Any]:
+        family = getattr(self.dist, "dist", None)
+        name = getattr(family, "name", None)
+        if name is None:
+            return {"type": "distribution", "repr": describe_value(self.dist)}
+        return {
+            "type": "distribution",
+            "name": name,
+            "args": describe_value(tuple(getattr(self.dist, "args", ()))),
+            "kwds": describe_value(dict(getattr(self.dist, "kwds", {}))),
+        }
+
+    def decode(self, stored: Any, stored_form: StoredForm) -> Any:
+        support = getattr(self.dist, "support", None)
+        if _is_real(stored) and callable(support):
+            low, high = support()
+            if not low <= stored <= high:
+                raise ValueError(f"{stored!r} is outside the support [{low}, {high}]")
+        return stored
 
 
 def _as_dimension(name: str, value: Any) -> Dimension:
@@ -242,14 +385,14 @@ class SearchSpace:
         return list(names)
 
     @cached_property
-    def _grids(self) -> list[tuple[list[str], list[list[Any]], int]]:
+    def _grids(self) -> list[tuple[list[str], list[Sequence[Any]], int]]:
         # Built once: a strategy asks for grid points one by one, and rebuilding the value
         # lists per point made a 10,000-point grid quadratic.
         grids = []
         for i, sub in enumerate(self.subspaces):
             keys = sorted(sub)
-            values = [sub[k].grid_values(_where(i, k, len(self.subspaces))) for k in keys]
-            grids.append((keys, values, math.prod(len(v) for v in values)))
+            values = [sub[k].grid_sequence(_where(i, k, len(self.subspaces))) for k in keys]
+            grids.append((keys, values, math.prod(_length(v) for v in values)))
         return grids
 
     def grid_size(self) -> int:
@@ -266,7 +409,7 @@ class SearchSpace:
             out: dict[str, Any] = {}
             # The last key varies fastest, as itertools.product does.
             for key, vals in zip(reversed(keys), reversed(values), strict=True):
-                index, offset = divmod(index, len(vals))
+                index, offset = divmod(index, _length(vals))
                 out[key] = vals[offset]
             return dict(sorted(out.items()))
         raise IndexError("grid index out of range")
@@ -280,6 +423,42 @@ class SearchSpace:
         """Pick a sub-space uniformly, then draw each of its parameters in sorted order."""
         sub = self.subspaces[int(rng.integers(0, len(self.subspaces)))]
         return {key: sub[key].sample(rng) for key in sorted(sub)}
+
+    def describe(self) -> list[dict[str, Any]]:
+        """A JSON-friendly description: equal for spaces that give the same candidates."""
+        return [{key: sub[key].describe() for key in sorted(sub)} for sub in self.subspaces]
+
+    def decode(
+        self, stored: Mapping[str, Any], stored_form: StoredForm = lambda value: value
+    ) -> dict[str, Any]:
+        """The candidate whose stored form is ``stored`` (object choices become objects).
+
+        ``stored_form`` maps a value to how it was stored (the registry's JSON round trip
+        keeps numbers, turns tuples into lists and objects into their ``repr``). Raises
+        ``ValueError`` saying why when no sub-space holds ``stored``.
+        """
+        reasons = []
+        for i, sub in enumerate(self.subspaces):
+            if set(sub) != set(stored):
+                continue
+            out: dict[str, Any] = {}
+            for key in sorted(sub):
+                try:
+                    out[key] = sub[key].decode(stored[key], stored_form)
+                except ValueError as exc:
+                    reasons.append(f"{_where(i, key, len(self.subspaces))}: {exc}")
+                    break
+            else:
+                return out
+        if not reasons:
+            raise ValueError(f"no sub-space has exactly the parameters {sorted(stored)}")
+        raise ValueError("; ".join(reasons))
+
+
+def _length(values: Sequence[Any]) -> int:
+    if isinstance(values, range):  # len() overflows above sys.maxsize
+        return max(0, (values.stop - values.start + values.step - 1) // values.step)
+    return len(values)
 
 
 def _where(i: int, key: str, n: int) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from optuna.samplers import RandomSampler
 from sklearn.base import clone
 from sklearn.datasets import load_iris, make_classification, make_regression
 from sklearn.exceptions import FitFailedWarning
@@ -135,6 +136,38 @@ def test_model_based_strategies_end_to_end(client, data, strategy):
     ).fit(X, y)
     assert len(s.trials_) == 10
     assert np.isfinite(s.best_score_)
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "cmaes", "gp", "nsga2", "random", "grid"])
+def test_every_strategy_runs_with_the_default_seed(client, data, strategy):
+    X, y = data
+    space = {"C": Float(1e-2, 1e2, log=True)} if strategy != "grid" else {"C": [0.1, 1.0]}
+    s = SearchCV(LogisticRegression(), space, strategy=strategy, n_trials=2, cv=2, client=client)
+    s.fit(X, y)  # no random_state: the drawn seed is 63-bit
+    assert len(s.trials_) == 2 and {t.state for t in s.trials_} == {"complete"}
+    assert s.seed_ >= 0
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "cmaes", "nsga2", RandomSampler(seed=1)])
+@pytest.mark.parametrize("seed", [5_000_000_000, 2**64 + 7])
+def test_large_seeds_work_and_reproduce(client, data, strategy, seed):
+    X, y = data
+
+    def run():
+        return SearchCV(
+            LogisticRegression(),
+            {"C": Float(1e-2, 1e2, log=True), "fit_intercept": [True, False]},
+            strategy=clone(strategy, safe=False),
+            n_trials=3,
+            cv=2,
+            client=client,
+            random_state=seed,
+        ).fit(X, y)
+
+    first = run()
+    assert first.seed_ == seed and len(first.trials_) == 3
+    if isinstance(strategy, str):  # a sampler instance keeps its own seed
+        assert run().cv_results_["params"] == first.cv_results_["params"]
 
 
 def test_gp_strategy_end_to_end(client, data):
@@ -278,6 +311,30 @@ def test_clone_and_pickle_round_trip(client, data):
     np.testing.assert_array_equal(restored.predict(X), s.predict(X))
 
 
+@pytest.mark.parametrize("scoring", [None, "balanced_accuracy"])
+def test_refit_false_single_metric_parity_with_scikit_learn(client, data, scoring):
+    X, y = data
+    grid = {"C": [0.01, 0.1, 1.0, 10.0]}
+    kwargs = dict(cv=KFold(3), refit=False, scoring=scoring)
+    ours = SearchCV(LogisticRegression(), grid, strategy="grid", client=client, **kwargs)
+    ours.fit(X, y)
+    theirs = GridSearchCV(LogisticRegression(), grid, **kwargs).fit(X, y)
+    assert_same_results(ours, theirs)
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, abs=1e-12)
+    assert not hasattr(ours, "best_estimator_") and not hasattr(theirs, "best_estimator_")
+
+
+def test_refit_false_multimetric_sets_no_best_like_scikit_learn(client, data):
+    X, y = data
+    grid = {"C": [0.1, 1.0]}
+    kwargs = dict(cv=KFold(2), refit=False, scoring=["accuracy", "f1"])
+    ours = SearchCV(LogisticRegression(), grid, strategy="grid", client=client, **kwargs)
+    ours.fit(X, y)
+    theirs = GridSearchCV(LogisticRegression(), grid, **kwargs).fit(X, y)
+    for attr in ("best_index_", "best_score_", "best_params_"):
+        assert hasattr(ours, attr) == hasattr(theirs, attr) is False
+
+
 def test_refit_false_and_callable(client, data):
     X, y = data
     s = SearchCV(
@@ -336,6 +393,33 @@ def test_trials_dataframe(client):
     assert set(frame["state"]) == {"complete"}
     assert frame["worker"].str.startswith("tcp://").all()
     assert "param_C" in frame
+    # The objective as Optuna names it, the scores as scikit-learn names them.
+    np.testing.assert_array_equal(frame["value"], s.cv_results_["mean_test_score"])
+    np.testing.assert_array_equal(frame["mean_test_score"], s.cv_results_["mean_test_score"])
+    for column in ("duration", "retries", "seed", "error"):
+        assert column in frame
+
+
+def test_trials_dataframe_value_follows_the_refit_metric(client, data):
+    X, y = data
+    space = {"fail": [False, True], "parameter": [1.0]}
+    s = SearchCV(
+        FailingClassifier(),
+        space,
+        strategy="grid",
+        cv=2,
+        scoring={"acc": "accuracy", "bal": "balanced_accuracy"},
+        refit="bal",
+        error_score=0.0,
+        client=client,
+    )
+    with pytest.warns(FitFailedWarning):
+        s.fit(X, y)
+    frame = s.trials_dataframe().set_index("number")
+    assert frame.loc[0, "value"] == s.cv_results_["mean_test_bal"][0]
+    assert np.isnan(frame.loc[1, "value"])  # a failed trial has no objective
+    assert frame.loc[1, "mean_test_acc"] == 0.0  # scikit-learn's error_score
+    np.testing.assert_array_equal(frame["mean_test_acc"], s.cv_results_["mean_test_acc"])
 
 
 def test_progress_bar_reports_best(client, data, capsys):

@@ -120,3 +120,90 @@ def test_scipy_distribution_is_wrapped():
     assert isinstance(dim, Distribution)
     with pytest.raises(SearchSpaceError):
         dim.grid_values("alpha")
+
+
+# -- describe and decode (resume) -------------------------------------------------------------
+
+
+def _json(value):
+    from dmlsearch.registry.sql import _dumps, _loads
+
+    return _loads(_dumps(value))
+
+
+def test_decode_inverts_the_registry_json_form():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.naive_bayes import GaussianNB
+
+    lr, nb = LogisticRegression(max_iter=50), GaussianNB()
+    space = as_space(
+        {
+            "clf": Categorical([lr, nb]),
+            "shape": [(8,), (8, 4)],
+            "v": Categorical([1, 1.0, True, None]),
+            "C": Float(1e-3, 1e2, log=True),
+            "k": Int(2, 10, step=2),
+            "a": np.array([0.5, 1.5]),
+        }
+    )
+    for candidate in [
+        {"clf": nb, "shape": (8, 4), "v": 1.0, "C": 0.25, "k": 4, "a": np.float64(1.5)},
+        {"clf": lr, "shape": (8,), "v": True, "C": 1e2, "k": 10, "a": np.float64(0.5)},
+        {"clf": lr, "shape": (8,), "v": 1, "C": 1e-3, "k": 2, "a": np.float64(0.5)},
+        {"clf": lr, "shape": (8,), "v": None, "C": 1.0, "k": 2, "a": np.float64(0.5)},
+    ]:
+        stored = _json(candidate)
+        assert isinstance(stored["clf"], str) and isinstance(stored["shape"], list)
+        decoded = space.decode(stored, _json)
+        assert decoded["clf"] is candidate["clf"]
+        assert decoded["shape"] == candidate["shape"] and isinstance(decoded["shape"], tuple)
+        assert type(decoded["v"]) is type(candidate["v"]) and decoded["v"] == candidate["v"]
+        assert decoded["C"] == candidate["C"] and decoded["k"] == candidate["k"]
+        assert decoded["a"] == candidate["a"]
+
+
+@pytest.mark.parametrize(
+    ("stored", "match"),
+    [
+        ({"C": 1e3, "k": 2, "c": "a"}, r"search_space\['C'\].*not a number in"),
+        ({"C": 1.0, "k": 3, "c": "a"}, r"search_space\['k'\].*on step 2"),
+        ({"C": 1.0, "k": 2.5, "c": "a"}, "not an integer"),
+        ({"C": 1.0, "k": 2, "c": "z"}, "not one of the choices"),
+        ({"C": "1.0", "k": 2, "c": "a"}, "not a number"),
+        ({"C": 1.0, "k": 2}, "exactly the parameters"),
+    ],
+)
+def test_decode_refuses_values_outside_the_space(stored, match):
+    space = as_space({"C": Float(1e-3, 1e2), "k": Int(2, 10, step=2), "c": ["a", "b"]})
+    with pytest.raises(ValueError, match=match):
+        space.decode(stored, _json)
+
+
+def test_decode_picks_the_subspace_that_holds_the_values():
+    space = as_space([{"kernel": ["rbf"], "C": [1.0]}, {"kernel": ["linear"], "C": [2.0]}])
+    assert space.decode({"kernel": "linear", "C": 2.0}) == {"kernel": "linear", "C": 2.0}
+    with pytest.raises(ValueError, match=r"search_space\[0\]\['C'\].*search_space\[1\]"):
+        space.decode({"kernel": "rbf", "C": 2.0})
+
+
+def test_describe_is_equal_for_equal_spaces_and_names_changes():
+    from sklearn.linear_model import LogisticRegression
+
+    same = [
+        {"C": np.array([0.1, 1.0]), "m": [LogisticRegression(C=2.0)], "f": Float(1, 10)},
+        {"C": [0.1, 1.0], "m": [LogisticRegression(C=2.0)], "f": Float(1.0, 10.0)},
+    ]
+    a, b = (_json(as_space(s).describe()) for s in same)
+    assert a == b
+    other = _json(as_space({**same[1], "m": [LogisticRegression(C=3.0)]}).describe())
+    assert other != a
+    assert other[0]["m"]["choices"][0]["params"]["C"] == 3.0
+    dist = as_space({"d": stats.loguniform(1e-3, 1.0)}).describe()
+    assert dist == as_space({"d": stats.loguniform(1e-3, 1.0)}).describe()
+    assert dist != as_space({"d": stats.loguniform(1e-3, 10.0)}).describe()
+
+
+def test_int_grid_is_lazy():
+    space = as_space({"n": Int(0, 10**15)})
+    assert space.grid_size() == 10**15 + 1
+    assert space.grid_point(10**15) == {"n": 10**15}

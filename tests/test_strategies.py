@@ -169,3 +169,76 @@ def test_single_point_float_works_in_every_strategy():
     space = as_space({"x": Float(0.5, 0.5), "k": [1, 2]})
     assert RandomStrategy(space, None, 0).total == 2
     assert GridStrategy(space, None, 0).ask(0) == {"k": 1, "x": 0.5}
+
+
+# -- trial k does not depend on n_trials -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        {"a": list(range(10)), "b": ["x", "y", "z"]},
+        {"n": Int(1, 40, step=3), "m": Int(0, 5)},
+        {"n": Int(1, 6), "c": [None, "l1", "l2"], "f": Float(0.5, 0.5)},
+        [{"kernel": ["rbf"], "gamma": [0.1, 1.0]}, {"kernel": ["poly"], "degree": Int(2, 12)}],
+    ],
+    ids=["lists", "int", "mixed", "subspaces"],
+)
+def test_random_trial_k_does_not_depend_on_n_trials(space):
+    space = as_space(space)
+    short = RandomStrategy(space, 8, seed=5)
+    long = RandomStrategy(space, 12, seed=5)
+    first = [short.ask(k) for k in range(8)]
+    assert first == [long.ask(k) for k in range(8)]
+    assert RandomStrategy(space, None, seed=5).ask(3) == first[3]
+    assert short.ask(8) is None
+    draws = [tuple(sorted(long.ask(k).items(), key=str)) for k in range(12)]
+    assert len(set(draws)) == 12  # still without replacement
+
+
+def test_random_trial_k_on_a_huge_grid_without_materialising_it():
+    # 10**12 points: the grid (or a permutation of it) would not fit in memory.
+    space = as_space({"a": Int(0, 999_999), "b": Int(0, 999_999)})
+    assert space.grid_size() == 10**12
+    short = RandomStrategy(space, 8, seed=11)
+    long = RandomStrategy(space, 2_000, seed=11)
+    first = [short.ask(k) for k in range(8)]
+    assert first == [long.ask(k) for k in range(8)]
+    draws = {(p["a"], p["b"]) for p in (long.ask(k) for k in range(2_000))}
+    assert len(draws) == 2_000
+    assert all(0 <= a < 10**6 and 0 <= b < 10**6 for a, b in draws)
+    assert RandomStrategy(space, 8, seed=12).ask(0) != first[0]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 17, 1000, 4097])
+def test_seeded_bijection_is_a_permutation_on_both_paths(size, monkeypatch):
+    from dmlsearch.strategies import random as random_module
+
+    small = random_module.SeededBijection(size, seed=3)
+    assert sorted(small(k) for k in range(size)) == list(range(size))
+    monkeypatch.setattr(random_module, "PERMUTATION_LIMIT", 0)  # force the Feistel network
+    feistel = random_module.SeededBijection(size, seed=3)
+    values = [feistel(k) for k in range(size)]
+    assert sorted(values) == list(range(size))
+    if size > 3:
+        assert values != list(range(size))
+    with pytest.raises(IndexError):
+        feistel(size)
+
+
+# -- seeds ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+@pytest.mark.parametrize("seed", [2**63 - 1, 5_000_000_000, 2**32, 10**30])
+def test_model_based_strategies_take_any_non_negative_seed(name, seed):
+    from dmlsearch.strategies.optuna import sampler_seed
+
+    space = as_space({"x": Float(0.0, 1.0), "c": ["a", "b"]})
+    s = make_strategy(name, space, 2, seed=seed)
+    for i in range(2):
+        p = s.ask(i)
+        assert 0.0 <= p["x"] <= 1.0
+        s.tell(i, p["x"])
+    assert 0 <= sampler_seed(seed) < 2**32
+    assert sampler_seed(seed) == sampler_seed(seed) != sampler_seed(seed + 1)

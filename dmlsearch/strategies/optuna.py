@@ -28,7 +28,7 @@ from ..exceptions import InvalidParameterError, SearchSpaceError
 from ..space import Categorical, Dimension, Distribution, Float, Int, SearchSpace
 from ._base import Strategy
 
-__all__ = ["SAMPLERS", "OptunaStrategy", "to_optuna_distributions"]
+__all__ = ["SAMPLERS", "OptunaStrategy", "sampler_seed", "to_optuna_distributions"]
 
 DEFAULT_N_TRIALS = 10
 _SUBSPACE = "__subspace__"
@@ -46,6 +46,16 @@ def _quiet_optuna() -> Iterator[None]:
             yield
     finally:
         optuna.logging.set_verbosity(previous)
+
+
+def sampler_seed(seed: int) -> int:
+    """The 32-bit seed an Optuna sampler gets, derived from any search seed >= 0.
+
+    Optuna's samplers seed numpy's ``RandomState``, which takes ``[0, 2**32)``; a search
+    seed may be any non-negative integer (the default one is 63-bit), so it is mixed down
+    through ``SeedSequence`` rather than narrowed or rejected.
+    """
+    return int(np.random.SeedSequence(seed, spawn_key=(2**32 + 1,)).generate_state(1)[0])
 
 
 def _tpe(seed: int) -> BaseSampler:
@@ -70,7 +80,7 @@ def _nsga2(seed: int) -> BaseSampler:
     return optuna.samplers.NSGAIISampler(seed=seed)
 
 
-#: Strategy names backed by an Optuna sampler, and how each is built from a seed.
+#: Strategy names backed by an Optuna sampler, and how each is built from a 32-bit seed.
 SAMPLERS: dict[str, Callable[[int], BaseSampler]] = {
     "tpe": _tpe,
     "cmaes": _cmaes,
@@ -182,7 +192,7 @@ class OptunaStrategy(Strategy):
         super().__init__(space, n_trials, seed)
         if isinstance(sampler, str):
             try:
-                sampler = SAMPLERS[sampler](seed)
+                sampler = SAMPLERS[sampler](sampler_seed(seed))
             except KeyError:
                 raise InvalidParameterError(
                     "strategy",
