@@ -28,19 +28,25 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
+# Plain (click) help rather than rich panels: rich reads ``[a, b]`` in a help text as markup
+# and drops it, and typer's panels show a ``<bool>`` type beside every flag.
+_HELP: dict[str, Any] = {
+    "no_args_is_help": True,
+    "rich_markup_mode": None,
+    "context_settings": {"help_option_names": ["-h", "--help"], "max_content_width": 100},
+}
 app = typer.Typer(
     name="dmlsearch",
     help="Distributed hyperparameter search on Dask, driven by experiment files.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    **_HELP,
 )
 registry_app = typer.Typer(
-    help="Registered models: list, versions, aliases, integrity, garbage collection.",
-    no_args_is_help=True,
+    help="Registered models. List, versions, aliases, deletion, integrity, clean-up.",
+    **_HELP,
 )
-alias_app = typer.Typer(help="Aliases (name@alias) of model versions.", no_args_is_help=True)
+alias_app = typer.Typer(help="Set or remove aliases (name@alias) of versions.", **_HELP)
 registry_app.add_typer(alias_app, name="alias")
 app.add_typer(registry_app, name="registry")
 
@@ -48,7 +54,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # -- shared options ------------------------------------------------------------------------
 
-FileArg = Annotated[Path, typer.Argument(help="An experiment file (YAML).", show_default=False)]
+FileArg = Annotated[
+    Path, typer.Argument(metavar="FILE", help="An experiment file (YAML).", show_default=False)
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -77,6 +85,13 @@ ArtifactsOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (for scripts).")]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for scripts).")
+]
+ExperimentArg = Annotated[
+    str, typer.Argument(metavar="EXPERIMENT", help="Experiment name (or id).", show_default=False)
+]
+ModelArg = Annotated[str, typer.Argument(metavar="NAME", help="Model name.", show_default=False)]
 
 
 # -- output and errors ---------------------------------------------------------------------
@@ -115,6 +130,27 @@ def _errors() -> Iterator[None]:
         raise _fail(
             "interrupted; `dmlsearch resume FILE` continues from the recorded trials", 130
         ) from None
+    except (
+        FileNotFoundError,
+        FileExistsError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+    ) as exc:
+        # A path given on the command line (or in a file) that cannot be read or written.
+        raise _fail(f"error: {_os_error(exc)}", 2) from None
+    except Exception as exc:
+        # A database the registry cannot reach or use (sqlalchemy is imported by then).
+        sa_exc = sys.modules.get("sqlalchemy.exc")
+        if sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError):
+            raise _fail(f"error: registry database: {_first_line(exc)}", 2) from None
+        raise
+
+
+def _os_error(exc: OSError) -> str:
+    """``path: No such file or directory`` rather than ``[Errno 2] ...``."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 def _handled(func: F) -> F:
@@ -177,25 +213,106 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _open_registry(url: str | None, artifacts: str | None = None) -> Registry:
-    """The registry to read; a SQLite file that does not exist is not created."""
+def _first_line(exc: BaseException) -> str:
+    """The first line of an error's message (drivers add their own context below it)."""
+    orig = getattr(exc, "orig", None)  # sqlalchemy wraps the driver's error
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def _registry_url(url: str | None, where: str = "--registry") -> str:
+    """``url``, else the default; refuses (exit 2) a string that is not a database URL."""
+    import os
+
     import sqlalchemy as sa
 
-    from .registry import Registry, default_registry_url
+    from .registry import default_registry_url
 
-    url = url or default_registry_url()
+    if url is None:
+        url = default_registry_url()
+        where = "$DMLSEARCH_REGISTRY" if os.environ.get("DMLSEARCH_REGISTRY") else "the default"
+    try:
+        sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        hint = (
+            f"sqlite:///{url}"
+            if url.endswith((".db", ".sqlite", ".sqlite3"))
+            else ("sqlite:///dmlsearch.db")
+        )
+        raise _fail(
+            f"error: {where} {url!r} is not a database URL; write e.g. {hint} or "
+            "postgresql+psycopg://user@host/db",
+            2,
+        ) from None
+    return url
+
+
+def _open_registry(url: str | None, artifacts: str | None = None) -> Registry:
+    """The registry at ``url``; commands other than run/resume never create one (exit 2)."""
+    import sqlalchemy as sa
+
+    from .registry import NotFoundError, Registry, RegistryError
+
+    url = _registry_url(url)
     parsed = sa.make_url(url)
     if (
         parsed.get_backend_name() == "sqlite"
         and parsed.database not in (None, "", ":memory:")
-        and not Path(str(parsed.database)).exists()
+        and not Path(str(parsed.database)).expanduser().exists()
     ):
         raise _fail(
             f"error: no registry at {url} (run an experiment first, or pass --registry URL "
             "or set DMLSEARCH_REGISTRY)",
             2,
         )
-    return Registry(url, artifacts)
+    try:
+        return Registry(url, artifacts, create=False)
+    except NotFoundError:
+        raise
+    except (RegistryError, sa.exc.SQLAlchemyError) as exc:
+        # No database, no registry tables in it, a server that cannot be reached.
+        raise _fail(_open_message(url, exc), 2) from None
+
+
+def _open_message(url: str, exc: BaseException) -> str:
+    """One line on why the registry at ``url`` cannot be opened."""
+    text = _first_line(exc)
+    if _safe(url) in text or url in text:
+        return f"error: {text}"  # the registry's own message names the database
+    return f"error: cannot open the registry at {_safe(url)}: {text}"
+
+
+def _probe_registry(url: str) -> None:
+    """Exit 2 before any work when a database server cannot be reached (or has no database).
+
+    A run creates a SQLite file and a missing schema, so only the connection is tried.
+    """
+    import sqlalchemy as sa
+
+    from .registry import RegistryError
+    from .registry.sql import SQLStore
+
+    if sa.make_url(url).get_backend_name() == "sqlite":
+        return
+    store: SQLStore | None = None
+    try:
+        store = SQLStore(url, migrate=False)
+        store.schema_version()
+    except (RegistryError, sa.exc.SQLAlchemyError) as exc:
+        raise _fail(_open_message(url, exc), 2) from None
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _safe(url: str) -> str:
+    """``url`` with any password hidden."""
+    import sqlalchemy as sa
+
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError):
+        return url
 
 
 def _experiment(registry: Registry, name: str) -> Any:
@@ -222,19 +339,52 @@ def _experiment(registry: Registry, name: str) -> Any:
 # -- commands ------------------------------------------------------------------------------
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("dmlsearch")
+        except PackageNotFoundError:  # pragma: no cover - a source tree not installed
+            from . import __version__ as number
+        typer.echo(f"dmlsearch {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Distributed hyperparameter search on Dask, driven by experiment files."""
+
+
 @app.command()
 @_handled
 def init(
-    path: Annotated[Path, typer.Argument(help="Where to write the file.")] = Path(
-        "experiment.yaml"
-    ),
+    path: Annotated[
+        Path, typer.Argument(metavar="PATH", help="Where to write the file (folders are created).")
+    ] = Path("experiment.yaml"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
-    """Write a commented starter experiment file that validates and runs as is."""
+    """Write a starter experiment file. It is commented, validates and runs as is."""
     from .config import STARTER
 
+    if path.is_dir():
+        raise _fail(
+            f"error: {path} is a folder; give a file name, e.g. {path / 'experiment.yaml'}", 2
+        )
     if path.exists() and not force:
         raise _fail(f"error: {path} exists; pass --force to overwrite it", 2)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(STARTER, encoding="utf-8")
     typer.echo(f"wrote {path}; next: dmlsearch validate {path} && dmlsearch run {path}")
 
@@ -242,7 +392,7 @@ def init(
 @app.command()
 @_handled
 def validate(file: FileArg, set_: SetOpt = None, json_: JsonOpt = False) -> None:
-    """Check an experiment file: every problem with its field path and line (exit code 2)."""
+    """Check an experiment file. Every problem with its field path and line (exit code 2)."""
     from .config import ConfigError, load_config, summary
 
     try:
@@ -272,14 +422,29 @@ def _run(
     resume: bool,
     progress: bool,
     json_: bool,
+    overwrite: bool = False,
 ) -> None:
     import time
 
     from .config import load_config, run_experiment
 
     cfg = load_config(file, overrides or ())
+    if registry is not None:
+        registry = _registry_url(registry)
+    _probe_registry(registry or _registry_url(cfg.registry.url, "registry.url"))
+
+    def replaced(summary: dict[str, Any]) -> None:
+        typer.echo(f"deleted the previous experiment {cfg.name!r} ({_deleted(summary)})", err=True)
+
     start = time.perf_counter()
-    search = run_experiment(cfg, resume=resume, progress=progress, registry_url=registry)
+    search = run_experiment(
+        cfg,
+        resume=resume,
+        progress=progress,
+        registry_url=registry,
+        overwrite=overwrite,
+        on_overwrite=replaced,
+    )
     result = _result(search, time.perf_counter() - start)
     if json_:
         _echo_json(result)
@@ -332,10 +497,18 @@ def run(
     set_: SetOpt = None,
     registry: RegistryOpt = None,
     progress: ProgressOpt = True,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete an experiment of the same name first (its trials and artifacts); "
+            "the flag is the confirmation.",
+        ),
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Run the search an experiment file describes, recording every trial in the registry."""
-    _run(file, set_, registry, resume=False, progress=progress, json_=json_)
+    """Run an experiment file. Every trial is recorded in the registry."""
+    _run(file, set_, registry, resume=False, progress=progress, json_=json_, overwrite=overwrite)
 
 
 @app.command()
@@ -347,14 +520,14 @@ def resume(
     progress: ProgressOpt = True,
     json_: JsonOpt = False,
 ) -> None:
-    """Continue the experiment of FILE: recorded trials are not rerun; n_trials is the total."""
+    """Continue the experiment of FILE. Recorded trials are not rerun; n_trials is the total."""
     _run(file, set_, registry, resume=True, progress=progress, json_=json_)
 
 
 @app.command("list")
 @_handled
 def list_(registry: RegistryOpt = None, json_: JsonOpt = False) -> None:
-    """Experiments in the registry: id, name, status, created, trials, best value."""
+    """List the experiments. Id, name, status, created, trials, best value."""
     with _open_registry(registry) as reg:
         frame = reg.experiments()
     if json_:
@@ -365,25 +538,53 @@ def list_(registry: RegistryOpt = None, json_: JsonOpt = False) -> None:
         _table(frame, title=f"experiments in {reg.url}")
 
 
+def _metric(exp: Any) -> str:
+    """The name of the metric an experiment ranks its trials by (``value`` in the registry).
+
+    Read from the recorded search: the scorer's name, the ``refit`` scorer of several, or
+    ``score`` (the estimator's own ``score`` method or a callable scorer).
+    """
+    import ast
+
+    def literal(key: str) -> Any:
+        try:
+            return ast.literal_eval(str(exp.config.get(key)))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
+
+    scoring = literal("scoring")
+    if isinstance(scoring, str):
+        return scoring
+    if isinstance(scoring, (list, tuple, dict)) and scoring:
+        refit = literal("refit")
+        if isinstance(refit, str):
+            return refit
+        first = next(iter(scoring))
+        return str(first)
+    return "score"
+
+
 @app.command()
 @_handled
 def show(
-    experiment: Annotated[str, typer.Argument(help="Experiment name (or id).")],
+    experiment: ExperimentArg,
     k: Annotated[int, typer.Option("-k", "--top", min=1, help="How many trials.")] = 10,
     registry: RegistryOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """An experiment's leaderboard: its best completed trials, best first."""
+    """Show an experiment's leaderboard. Its best completed trials, best first."""
     with _open_registry(registry) as reg:
         exp = _experiment(reg, experiment)
         board = reg.leaderboard(exp.id, k=k)
         counts = reg.trials(exp.id)["state"].value_counts().to_dict()
+    metric = _metric(exp)
     if json_:
         _echo_json(
             {
                 "experiment": exp.name,
                 "id": exp.id,
                 "status": exp.status,
+                "metric": metric,
                 "trials": {str(k_): int(v) for k_, v in counts.items()},
                 "leaderboard": _records(board),
             }
@@ -394,13 +595,58 @@ def show(
     if board.empty:
         typer.echo("no completed trials yet")
     else:
-        _table(board, title=f"top {len(board)} of {exp.name}")
+        # The value is the mean cross-validated score: name it as scikit-learn's cv_results_.
+        board = board.rename(columns={"value": f"mean_test_{metric}"})
+        _table(board, title=f"top {len(board)} of {exp.name} by mean {metric}")
+
+
+@app.command()
+@_handled
+def delete(
+    experiment: ExperimentArg,
+    yes: YesOpt = False,
+    registry: RegistryOpt = None,
+    artifacts: ArtifactsOpt = None,
+) -> None:
+    """Delete an experiment. Its trials go too, and artifacts nothing else refers to."""
+    with _open_registry(registry, artifacts) as reg:
+        exp = _experiment(reg, experiment)
+        n_trials = reg.store.count_trials(exp.id)
+        if not yes:
+            _confirm(
+                f"Delete experiment {exp.name!r} (id {exp.id}, {exp.status}, {n_trials} "
+                f"trial(s)) from {reg.url}?"
+            )
+        summary = reg.delete_experiment(exp.name)
+    typer.echo(f"deleted experiment {exp.name!r} ({_deleted(summary)})")
+
+
+def _confirm(question: str) -> None:
+    """Ask; anything but yes (or no terminal to ask on) stops with exit code 1."""
+    try:
+        ok = typer.confirm(question, default=False)
+    except typer.Abort:
+        ok = False
+    if not ok:
+        raise _fail("nothing deleted (pass --yes to delete without a question)", 1)
+
+
+def _deleted(summary: dict[str, Any]) -> str:
+    """``12 trials, 1 artifact`` from a deletion summary."""
+    parts = []
+    for key in ("trials", "artifacts", "versions"):
+        value = summary.get(key)
+        if isinstance(value, (list, tuple, set, dict)):
+            value = len(value)
+        if isinstance(value, int):
+            parts.append(f"{value} {key[:-1] if value == 1 else key}")
+    return ", ".join(parts) or "nothing else"
 
 
 @app.command()
 @_handled
 def report(
-    experiment: Annotated[str, typer.Argument(help="Experiment name (or id).")],
+    experiment: ExperimentArg,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="The HTML file. Default: <experiment>.html."),
@@ -408,7 +654,7 @@ def report(
     registry: RegistryOpt = None,
     artifacts: ArtifactsOpt = None,
 ) -> None:
-    """Write a self-contained HTML report of an experiment (plots included)."""
+    """Write an HTML report of an experiment. One self-contained file, plots included."""
     import re
 
     with _open_registry(registry, artifacts) as reg:
@@ -426,7 +672,7 @@ def report(
 @registry_app.command("models")
 @_handled
 def registry_models(registry: RegistryOpt = None, json_: JsonOpt = False) -> None:
-    """Registered models: name, number of versions, latest version, aliases."""
+    """List the registered models. Number of versions, latest version, aliases."""
     import pandas as pd
 
     with _open_registry(registry) as reg:
@@ -454,19 +700,18 @@ def registry_models(registry: RegistryOpt = None, json_: JsonOpt = False) -> Non
 @registry_app.command("versions")
 @_handled
 def registry_versions(
-    name: Annotated[str, typer.Argument(help="Model name.")],
+    name: ModelArg,
     registry: RegistryOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """The versions of a model: created, format, metrics, aliases, lineage."""
+    """List the versions of a model. Created, format, metrics, aliases, lineage."""
     import dataclasses
 
     import pandas as pd
 
     with _open_registry(registry) as reg:
+        _known_model(reg, name)
         records = reg.versions(name)
-        if not records:
-            _unknown_model(reg, name)
     if json_:
         _echo_json([dataclasses.asdict(r) for r in records])
         return
@@ -485,29 +730,70 @@ def registry_versions(
         }
         for r in records
     ]
+    if not rows:
+        typer.echo(f"model {name} has no versions left")
+        return
     _table(pd.DataFrame(rows), title=f"versions of {name}")
 
 
-def _unknown_model(registry: Registry, name: str) -> None:
+def _known_model(registry: Registry, name: str) -> None:
+    """Exit 2 with a "did you mean" unless ``name`` is a registered model."""
     import difflib
 
-    close = difflib.get_close_matches(name, registry.models(), n=1)
+    names = registry.models()
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else " (`dmlsearch registry models` lists them)"
     raise _fail(f"error: no model {name!r} in {registry.url}{hint}", 2)
+
+
+@registry_app.command("delete-version")
+@_handled
+def registry_delete_version(
+    name: ModelArg,
+    version: Annotated[int, typer.Argument(metavar="VERSION", help="Version number.")],
+    yes: YesOpt = False,
+    registry: RegistryOpt = None,
+) -> None:
+    """Delete one version of a model. Its aliases go too; `registry gc` frees its file."""
+    with _open_registry(registry) as reg:
+        _known_model(reg, name)
+        record = reg.model_version(name, version=version)
+        if not yes:
+            aliases = f", aliases {', '.join(record.aliases)}" if record.aliases else ""
+            _confirm(f"Delete {name} version {version}{aliases} from {reg.url}?")
+        reg.delete_version(name, version)
+    typer.echo(f"deleted {name} version {version}")
 
 
 @alias_app.command("set")
 @_handled
 def alias_set(
-    name: Annotated[str, typer.Argument(help="Model name.")],
-    alias: Annotated[str, typer.Argument(help="Alias, e.g. champion.")],
-    version: Annotated[int, typer.Argument(help="Version number.")],
+    name: ModelArg,
+    alias: Annotated[str, typer.Argument(metavar="ALIAS", help="Alias, e.g. champion.")],
+    version: Annotated[int, typer.Argument(metavar="VERSION", help="Version number.")],
     registry: RegistryOpt = None,
 ) -> None:
-    """Point NAME@ALIAS at VERSION (moving it if it pointed elsewhere)."""
+    """Point NAME@ALIAS at VERSION. An alias that pointed elsewhere moves."""
     with _open_registry(registry) as reg:
+        _known_model(reg, name)
         reg.set_alias(name, alias, version)
     typer.echo(f"{name}@{alias} -> version {version}")
+
+
+@alias_app.command("delete")
+@_handled
+def alias_delete(
+    name: ModelArg,
+    alias: Annotated[str, typer.Argument(metavar="ALIAS", help="The alias to remove.")],
+    registry: RegistryOpt = None,
+) -> None:
+    """Remove NAME@ALIAS. The version it pointed at is kept."""
+    with _open_registry(registry) as reg:
+        _known_model(reg, name)
+        reg.delete_alias(name, alias)
+    typer.echo(f"removed {name}@{alias}")
 
 
 @registry_app.command("verify")
@@ -515,15 +801,24 @@ def alias_set(
 def registry_verify(
     registry: RegistryOpt = None, artifacts: ArtifactsOpt = None, json_: JsonOpt = False
 ) -> None:
-    """Check every version's artifact exists and matches its sha256 (exit code 1 if not)."""
+    """Verify the artifacts. Each must exist and match its sha256 (exit code 1 if not)."""
     with _open_registry(registry, artifacts) as reg:
         results = reg.verify()
+        problems = reg.verify_errors() if not all(results.values()) else {}
     bad = [(n, v) for (n, v), ok in sorted(results.items()) if not ok]
     if json_:
-        _echo_json([{"model": n, "version": v, "ok": ok} for (n, v), ok in sorted(results.items())])
+        _echo_json(
+            [
+                {"model": n, "version": v, "ok": ok, "error": problems.get((n, v))}
+                for (n, v), ok in sorted(results.items())
+            ]
+        )
     else:
         for n, v in bad:
-            typer.echo(f"CORRUPT or MISSING: {n} v{v}", err=True)
+            detail = problems.get((n, v))
+            typer.echo(
+                f"CORRUPT or MISSING: {n} v{v}" + (f": {detail}" if detail else ""), err=True
+            )
         typer.echo(f"{len(results) - len(bad)} of {len(results)} versions verified")
     if bad:
         raise typer.Exit(1)
@@ -532,13 +827,32 @@ def registry_verify(
 @registry_app.command("gc")
 @_handled
 def registry_gc(
-    registry: RegistryOpt = None, artifacts: ArtifactsOpt = None, json_: JsonOpt = False
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")
+    ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            metavar="SECONDS",
+            min=0,
+            help="Keep files younger than this: a registration may be writing them.",
+        ),
+    ] = 3600.0,
+    registry: RegistryOpt = None,
+    artifacts: ArtifactsOpt = None,
+    json_: JsonOpt = False,
 ) -> None:
-    """Delete artifact blobs no version refers to (left by crashes or deleted versions)."""
+    """Delete unreferenced artifacts. Files of this registry no version refers to."""
     with _open_registry(registry, artifacts) as reg:
-        removed = reg.gc()
+        removed = reg.gc(dry_run=dry_run, grace_seconds=grace)
     if json_:
-        _echo_json({"removed": removed})
+        _echo_json({"dry_run": dry_run, "removed": removed})
+        return
+    if dry_run:
+        for digest in removed:
+            typer.echo(digest)
+        typer.echo(f"would remove {len(removed)} unreferenced blob(s); nothing deleted", err=True)
     else:
         typer.echo(f"removed {len(removed)} unreferenced blob(s)")
 

@@ -137,8 +137,8 @@ def test_quickstart_on_the_embedded_default_then_inspect(in_tmp: Path, client: C
         invoke("registry", "alias", "set", "quickstart-digits", "x", "9"), 2, "no version 9"
     )
     assert ok_json("registry", "verify") == [
-        {"model": "quickstart-digits", "version": 1, "ok": True},
-        {"model": "quickstart-digits", "version": 2, "ok": True},
+        {"model": "quickstart-digits", "version": 1, "ok": True, "error": None},
+        {"model": "quickstart-digits", "version": 2, "ok": True, "error": None},
     ]
     assert "2 of 2 versions verified" in invoke("registry", "verify").stdout
 
@@ -152,10 +152,14 @@ def test_quickstart_on_the_embedded_default_then_inspect(in_tmp: Path, client: C
     with Registry(f"sqlite:///{in_tmp / 'dmlsearch.db'}") as registry:
         registry.delete_version("quickstart-digits", 2)
         kept = registry.versions("quickstart-digits")[0]
-    assert len(ok_json("registry", "gc")["removed"]) == 1
+    assert len(ok_json("registry", "gc", "--grace", "0")["removed"]) == 1
     Path(kept.artifact_uri).write_bytes(b"tampered")
     result = invoke("registry", "verify")
     assert result.exit_code == 1 and "CORRUPT or MISSING: quickstart-digits v1" in result.stderr
+    assert kept.artifact_uri in result.stderr  # the path, to look at
+    verified = invoke("registry", "verify", "--json")
+    assert verified.exit_code == 1
+    assert kept.artifact_uri in json.loads(verified.stdout)[0]["error"]
 
 
 @pytest.mark.parametrize(
@@ -343,3 +347,326 @@ def test_missing_file_and_unknown_names(in_tmp: Path) -> None:
     assert_clean_failure(
         invoke("registry", "versions", "nothing", "--registry", url), 2, "no model 'nothing'"
     )
+
+
+# -- help text ---------------------------------------------------------------------------------
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command path of the app, groups included."""
+    import typer.main
+
+    command = typer.main.get_command(app) if group is app else group
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_help_text_is_plain_and_complete() -> None:
+    paths = list(_commands(app))
+    assert ("registry", "alias", "delete") in paths and ("delete",) in paths
+    for path in paths:
+        result = invoke(*path, "--help")
+        assert result.exit_code == 0, (path, result.output)
+        # Flags are flags: no type placeholder beside them.
+        assert "<bool>" not in result.output, (path, result.output)
+    run_help = invoke("run", "--help").output
+    # The example value survives (rich markup used to swallow "[a, b]").
+    assert "read as YAML: 1e-3, true, [a, b])" in " ".join(run_help.split())
+    assert "--progress / --no-progress" in run_help and "--overwrite" in run_help
+    for path in [("init",), ("validate",), ("run",), ("resume",), ("show",), ("delete",)]:
+        assert "Usage: dmlsearch " + " ".join(path) in invoke(*path, "--help").output
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    for flag in ("--version", "-V"):
+        result = invoke(flag)
+        assert result.exit_code == 0 and result.stdout == f"dmlsearch {version('dmlsearch')}\n"
+
+
+# -- no tracebacks for a newcomer's slips --------------------------------------------------------
+
+
+def test_init_creates_folders_and_refuses_a_folder(in_tmp: Path) -> None:
+    result = invoke("init", "sub/dir/exp.yaml")
+    assert result.exit_code == 0, result.output
+    assert (in_tmp / "sub" / "dir" / "exp.yaml").is_file()
+    assert ok_json("validate", "sub/dir/exp.yaml")["valid"]
+    for args in (["init", "sub"], ["init", "sub", "--force"]):
+        assert_clean_failure(invoke(*args), 2, "sub is a folder", "sub/experiment.yaml")
+
+
+@pytest.mark.parametrize(
+    "command", [["list"], ["show", "x"], ["registry", "models"], ["delete", "x", "--yes"]]
+)
+def test_a_registry_that_is_not_a_url(in_tmp: Path, command: list[str]) -> None:
+    result = invoke(*command, "--registry", "foo.db")
+    assert_clean_failure(result, 2, "--registry 'foo.db' is not a database URL", "sqlite:///foo.db")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (in_tmp / "foo.db").exists()
+
+
+def test_run_with_a_registry_that_is_not_a_url(in_tmp: Path) -> None:
+    result = invoke("run", EXPERIMENTS / "quickstart.yaml", "--registry", "foo.db", "--no-progress")
+    assert_clean_failure(result, 2, "is not a database URL")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_environment_registry_that_is_not_a_url(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMLSEARCH_REGISTRY", "runs.sqlite")
+    result = invoke("list")
+    assert_clean_failure(result, 2, "$DMLSEARCH_REGISTRY 'runs.sqlite'", "sqlite:///runs.sqlite")
+
+
+def _missing_database_url() -> str:
+    import sqlalchemy as sa
+
+    from dmlsearch.testing.registry_contract import POSTGRES_URL
+
+    url = sa.make_url(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL))
+    return url.set(database="dmlsearch_no_such_db").render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize(
+    "command", [["list"], ["show", "x"], ["registry", "versions", "m"], ["registry", "gc"]]
+)
+def test_postgresql_database_that_does_not_exist(in_tmp: Path, command: list[str]) -> None:
+    result = invoke(*command, "--registry", _missing_database_url())
+    assert_clean_failure(result, 2, "dmlsearch_no_such_db", "does not exist")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_run_on_a_postgresql_database_that_does_not_exist(in_tmp: Path) -> None:
+    result = invoke(
+        "run",
+        EXPERIMENTS / "quickstart.yaml",
+        "--registry",
+        _missing_database_url(),
+        "--no-progress",
+    )
+    assert_clean_failure(result, 2, "dmlsearch_no_such_db", "does not exist")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_reading_an_empty_postgresql_database_creates_nothing(in_tmp: Path) -> None:
+    import sqlalchemy as sa
+
+    from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
+
+    with postgres_schema(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)) as url:
+        for command in (["list"], ["show", "x"], ["registry", "models"]):
+            assert_clean_failure(invoke(*command, "--registry", url), 2, "no registry at")
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                assert sa.inspect(conn).get_table_names() == []
+        finally:
+            engine.dispose()
+
+
+def test_files_that_are_not_experiment_files(in_tmp: Path) -> None:
+    (in_tmp / "folder").mkdir()
+    (in_tmp / "broken.yaml").write_text("version: 1\nname: [unclosed\n")
+    (in_tmp / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    cases = [
+        ("folder", "is a folder"),
+        ("broken.yaml", "invalid YAML"),
+        ("latin1.yaml", "not UTF-8"),
+        ("nope.yaml", "no such file"),
+    ]
+    for command in ("validate", "run", "resume"):
+        for name, text in cases:
+            extra = ["--no-progress"] if command != "validate" else []
+            assert_clean_failure(invoke(command, name, *extra), 2, text)
+
+
+def test_report_to_a_path_that_cannot_be_written(in_tmp: Path) -> None:
+    url = _one_experiment(in_tmp)
+    (in_tmp / "taken").write_text("a file, not a folder")
+    result = invoke("report", "exp", "--registry", url, "-o", "taken/out.html")
+    assert_clean_failure(result, 2, "taken")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# -- names users expect, deleting ----------------------------------------------------------------
+
+
+def _one_experiment(
+    folder: Path, name: str = "exp", scoring: str = "'accuracy'", refit: str = "True"
+) -> str:
+    """A registry with one finished experiment of three trials (no cluster needed)."""
+    from dmlsearch.testing.registry_contract import make_trial
+
+    url = f"sqlite:///{folder / 'reg.db'}"
+    with Registry(url) as registry:
+        exp = registry.store.create_experiment(
+            name, config={"scoring": scoring, "refit": refit, "seed": 0}
+        )
+        registry.store.record_trials(
+            exp.id,
+            [make_trial(exp.id, n, value=0.5 + n / 10, params={"C": n}) for n in range(3)],
+        )
+        registry.store.set_experiment_status(exp.id, "complete")
+    return url
+
+
+@pytest.mark.parametrize(
+    ("scoring", "refit", "metric"),
+    [
+        ("'accuracy'", "True", "accuracy"),
+        ("None", "True", "score"),
+        ("['roc_auc', 'accuracy']", "'accuracy'", "accuracy"),
+        ("{'auc': make_scorer(roc_auc_score)}", "'auc'", "score"),
+    ],
+)
+def test_show_names_the_metric(in_tmp: Path, scoring: str, refit: str, metric: str) -> None:
+    url = _one_experiment(in_tmp, scoring=scoring, refit=refit)
+    shown = ok_json("show", "exp", "--registry", url)
+    assert shown["metric"] == metric
+    assert [row["value"] for row in shown["leaderboard"]] == pytest.approx([0.7, 0.6, 0.5])
+    human = invoke("show", "exp", "--registry", url)
+    assert human.exit_code == 0
+    header = next(line for line in human.stdout.splitlines() if "number" in line)
+    assert f"mean_test_{metric}" in header and "value" not in header
+    assert f"by mean {metric}" in human.stdout
+
+
+def _with_model(url: str, name: str = "digits", versions: int = 2) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    model = LogisticRegression().fit([[0.0], [1.0]], [0, 1])
+    with Registry(url) as registry:
+        for _ in range(versions):
+            registry.register_model(name, model)
+
+
+def test_delete_asks_first(in_tmp: Path) -> None:
+    url = _one_experiment(in_tmp)
+    refused = CliRunner().invoke(app, ["delete", "exp", "--registry", url], input="n\n")
+    assert refused.exit_code == 1 and "nothing deleted" in refused.stderr
+    assert "Delete experiment 'exp' (id 1, complete, 3 trial(s))" in refused.stdout
+    no_terminal = CliRunner().invoke(app, ["delete", "exp", "--registry", url], input="")
+    assert no_terminal.exit_code == 1 and "pass --yes" in no_terminal.stderr
+    assert [e["name"] for e in ok_json("list", "--registry", url)] == ["exp"]
+    assert_clean_failure(
+        invoke("delete", "exq", "--yes", "--registry", url), 2, "did you mean 'exp'"
+    )
+    agreed = CliRunner().invoke(app, ["delete", "exp", "--registry", url], input="y\n")
+    assert agreed.exit_code == 0, agreed.output
+    assert "deleted experiment 'exp' (3 trials" in agreed.stdout
+    assert ok_json("list", "--registry", url) == []
+
+
+def test_delete_with_yes_by_id(in_tmp: Path) -> None:
+    url = _one_experiment(in_tmp)
+    result = invoke("delete", "1", "--yes", "--registry", url)
+    assert result.exit_code == 0 and "deleted experiment 'exp'" in result.stdout
+    assert ok_json("list", "--registry", url) == []
+    assert_clean_failure(invoke("delete", "exp", "-y", "--registry", url), 2, "no experiment 'exp'")
+
+
+def test_model_names_suggest_and_aliases_and_versions_delete(in_tmp: Path) -> None:
+    url = f"sqlite:///{in_tmp / 'reg.db'}"
+    _with_model(url)
+    for command in (
+        ["registry", "versions", "digit"],
+        ["registry", "alias", "set", "digit", "champion", "1"],
+        ["registry", "alias", "delete", "digit", "champion"],
+        ["registry", "delete-version", "digit", "1", "--yes"],
+    ):
+        assert_clean_failure(invoke(*command, "--registry", url), 2, "did you mean 'digits'")
+    assert (
+        invoke("registry", "alias", "set", "digits", "champion", "2", "--registry", url).exit_code
+        == 0
+    )
+    models = ok_json("registry", "models", "--registry", url)
+    assert models == [{"model": "digits", "versions": 2, "latest": 2, "aliases": "champion->v2"}]
+    assert_clean_failure(
+        invoke("registry", "alias", "delete", "digits", "nope", "--registry", url), 2, "nope"
+    )
+    result = invoke("registry", "alias", "delete", "digits", "champion", "--registry", url)
+    assert result.exit_code == 0 and "removed digits@champion" in result.stdout
+    assert ok_json("registry", "models", "--registry", url)[0]["aliases"] == ""
+
+    refused = CliRunner().invoke(
+        app, ["registry", "delete-version", "digits", "1", "--registry", url], input="n\n"
+    )
+    assert (
+        refused.exit_code == 1
+        and len(ok_json("registry", "versions", "digits", "--registry", url)) == 2
+    )
+    assert_clean_failure(
+        invoke("registry", "delete-version", "digits", "7", "--yes", "--registry", url), 2, "7"
+    )
+    result = invoke("registry", "delete-version", "digits", "1", "--yes", "--registry", url)
+    assert result.exit_code == 0 and "deleted digits version 1" in result.stdout
+    assert [v["version"] for v in ok_json("registry", "versions", "digits", "--registry", url)] == [
+        2
+    ]
+
+
+def test_gc_dry_run_lists_and_keeps(in_tmp: Path) -> None:
+    url = f"sqlite:///{in_tmp / 'reg.db'}"
+    from sklearn.linear_model import LogisticRegression
+
+    with Registry(url) as registry:
+        registry.register_model("a", LogisticRegression().fit([[0.0], [1.0]], [0, 1]))
+        registry.register_model("a", LogisticRegression(C=2).fit([[0.0], [1.0]], [0, 1]))
+        orphan = registry.versions("a")[0].sha256
+        registry.delete_version("a", 1)
+    # A blob younger than the grace period could belong to a registration in flight.
+    assert ok_json("registry", "gc", "--dry-run", "--registry", url)["removed"] == []
+    dry = ok_json("registry", "gc", "--dry-run", "--grace", "0", "--registry", url)
+    assert dry["dry_run"] is True and len(dry["removed"]) == 1
+    path = dry["removed"][0]
+    assert path.endswith(orphan) and Path(path).is_file()
+    human = invoke("registry", "gc", "--dry-run", "--grace", "0", "--registry", url)
+    assert human.stdout.split() == [path] and "nothing deleted" in human.stderr
+    assert Path(path).is_file()
+    assert ok_json("registry", "gc", "--grace", "0", "--registry", url)["removed"] == [path]
+    assert not Path(path).exists()
+    assert (
+        ok_json("registry", "gc", "--dry-run", "--grace", "0", "--registry", url)["removed"] == []
+    )
+    with Registry(url) as registry:
+        assert registry.verify() == {("a", 2): True}
+
+
+def test_run_overwrite_replaces_only_when_it_can_run(in_tmp: Path, client: Client) -> None:
+    quickstart = EXPERIMENTS / "quickstart.yaml"
+    on_cluster = ["--set", f"cluster.address={client.scheduler.address}"]
+    first = ok_json("run", quickstart, *SMALL, *on_cluster)
+    assert first["n_trials"] == 3
+    refused = invoke("run", quickstart, *SMALL, *on_cluster)
+    assert_clean_failure(refused, 2, "already exists", "dmlsearch run --overwrite")
+    # A run that cannot start (no scheduler there) leaves the old experiment as it was.
+    unreachable = ["--set", "cluster={address: 'tcp://127.0.0.1:9', connect_timeout: 1}"]
+    failed = invoke("run", quickstart, *SMALL, *unreachable, "--overwrite")
+    assert_clean_failure(failed, 2, "cannot reach a Dask scheduler")
+    assert [(e["id"], e["trials"]) for e in ok_json("list")] == [(first["experiment_id"], 3)]
+    assert_clean_failure(
+        invoke("resume", quickstart, *SMALL, "--overwrite"), 2, "No such option: --overwrite"
+    )
+
+    result = invoke(
+        "run",
+        quickstart,
+        *SMALL,
+        *on_cluster,
+        "--set",
+        "search.n_trials=2",
+        "--overwrite",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    assert "deleted the previous experiment 'quickstart-digits' (3 trials" in result.stderr
+    second = json.loads(result.stdout)
+    assert second["n_trials"] == 2 and second["experiment_id"] != first["experiment_id"]
+    listed = ok_json("list")
+    assert [(e["id"], e["name"], e["trials"]) for e in listed] == [
+        (second["experiment_id"], "quickstart-digits", 2)
+    ]

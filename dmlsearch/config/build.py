@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -233,33 +233,49 @@ def run_experiment(
     resume: bool = False,
     progress: bool | None = None,
     registry_url: str | None = None,
+    overwrite: bool = False,
+    on_overwrite: Callable[[dict[str, Any]], None] | None = None,
 ) -> SearchCV:
     """Load the data, open the cluster and the registry, run the search; returns it fitted.
 
     A new run refuses an experiment name the registry already holds (``resume=True``
-    continues it instead), before any cluster is started.
+    continues it instead), before any cluster is started. ``overwrite=True`` deletes that
+    experiment instead (:meth:`Registry.delete_experiment`), once the data is loaded and the
+    cluster is open, so that a file that cannot run leaves it as it was; ``on_overwrite``
+    receives the deletion's summary.
     """
     from ..registry import NotFoundError
 
+    if resume and overwrite:
+        raise ConfigError(
+            [Problem("", "resume continues an experiment and overwrite deletes it: pick one")]
+        )
     with make_registry(cfg, registry_url) as registry:
+        exists = False
         if not resume:
             try:
                 registry.experiment(cfg.name)
             except NotFoundError:
                 pass
             else:
+                exists = True
+            if exists and not overwrite:
                 raise ConfigError(
                     [
                         Problem(
                             "name",
                             f"experiment {cfg.name!r} already exists in {registry.url}; "
-                            "`dmlsearch resume` continues it, or pick another name "
-                            "(--set name=...)",
+                            "`dmlsearch resume` continues it, `dmlsearch run --overwrite` "
+                            "replaces it, or pick another name (--set name=...)",
                         )
                     ]
                 )
         X, y = load_data(cfg)
         with open_client(cfg) as client:
+            if exists:
+                deleted = registry.delete_experiment(cfg.name)
+                if on_overwrite is not None:
+                    on_overwrite(deleted)
             search = build_search(
                 cfg, client=client, registry=registry, progress=progress, resume=resume
             )
