@@ -34,6 +34,7 @@ from ._recording import (
 )
 from ._results import build_cv_results
 from ._scoring import Scoring, resolve_scoring
+from ._validation import check_space_names
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
 from .registry import FormatError, Registry, as_registry
@@ -289,6 +290,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     "refit", f"must be True, False, a string or a callable, got {self.refit!r}"
                 )
             refit_metric = "score"
+        # Unknown parameter names fail here, on the driver, not on a worker after dispatch.
+        check_space_names(self.estimator, as_space(self.search_space))
         return scoring, refit_metric
 
     # -- fit ---------------------------------------------------------------------

@@ -260,6 +260,16 @@ def test_all_trials_failing_is_an_error(client, data):
         ({"error_score": "ignore"}, "error_score"),
         ({"random_state": "seed"}, "random_state"),
         ({"estimator": "not an estimator"}, "estimator"),
+        ({"search_space": {"no_such_param": [1, 2]}}, "search_space"),
+        ({"search_space": [{"C": [1.0]}, {"tol": [0.1], "Cc": Float(1, 2)}]}, "search_space"),
+        (
+            {
+                "estimator": Pipeline([("scale", StandardScaler()), ("clf", SVC())]),
+                "search_space": {"clf": [SVC(), LogisticRegression()], "clf__gamma": [0.1]},
+                "strategy": "tpe",
+            },
+            "search_space",
+        ),
     ],
 )
 def test_bad_input_fails_before_any_dispatch(data, kwargs, param):

@@ -1,0 +1,175 @@
+"""Driver-side checks of candidates, before any work is sent to the cluster.
+
+``check_candidate`` tells whether every parameter NAME of a candidate is one the estimator
+accepts, with the estimators that the candidate itself swaps in (a Pipeline step replaced
+by a ``Categorical`` of estimators, say) taken into account. It is cached by the shape of
+the candidate (its names, and the types of its estimator-valued parameters), so a runner
+can call it for every candidate at negligible cost.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, MutableMapping
+from itertools import islice, product
+from typing import Any
+
+from .exceptions import InvalidParameterError
+from .space import Categorical, SearchSpace
+
+__all__ = ["CandidateCache", "check_candidate", "check_space_names"]
+
+#: Shape of a candidate -> None (its names are valid) or the message of the error.
+CandidateCache = MutableMapping[tuple[Any, ...], str | None]
+
+#: How many combinations of estimator-valued choices ``check_space_names`` tries per sub-space.
+_MAX_COMBINATIONS = 64
+
+
+def _is_estimator(value: Any) -> bool:
+    return hasattr(value, "get_params") and not isinstance(value, type)
+
+
+def _holds_estimators(value: Any) -> bool:
+    """A list of steps / estimators (``Pipeline.steps``, ``VotingClassifier.estimators``)."""
+    if not isinstance(value, (list, tuple)):
+        return False
+    return any(
+        _is_estimator(item) or (isinstance(item, tuple) and any(map(_is_estimator, item)))
+        for item in value
+    )
+
+
+def _shape(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    shape: list[tuple[str, Any]] = []
+    for key in sorted(params):
+        value = params[key]
+        if _is_estimator(value):
+            shape.append((key, type(value)))
+        elif _holds_estimators(value):
+            shape.append((key, "steps"))
+        else:
+            shape.append((key, None))
+    return tuple(shape)
+
+
+def _names(estimator: Any, params: Mapping[str, Any]) -> set[str]:
+    """The parameter names of ``estimator`` once ``params`` has swapped its estimators in."""
+    names = set(estimator.get_params(deep=True))
+    # Shallow keys first: swapping ``clf`` decides what ``clf__C`` may name.
+    for key in sorted(params, key=lambda k: (k.count("__"), k)):
+        if key not in names:
+            continue
+        prefix = key + "__"
+        value = params[key]
+        names = {n for n in names if not n.startswith(prefix)}
+        if _is_estimator(value):
+            names.update(prefix + n for n in value.get_params(deep=True))
+    return names
+
+
+def _unknown(params: Mapping[str, Any], names: set[str]) -> list[str]:
+    unknown = [key for key in params if key not in names]
+    if any(_holds_estimators(params[key]) for key in params):
+        # A candidate that sets a list of steps renames what nested names refer to:
+        # only its top-level names can be checked here.
+        unknown = [key for key in unknown if "__" not in key]
+    return unknown
+
+
+def _message(
+    estimator: Any, params: Mapping[str, Any], unknown: list[str], names: set[str]
+) -> str:
+    parts = []
+    for name in unknown:
+        prefix = name.rpartition("__")[0]
+        # Siblings: the names at the same level as the unknown one.
+        level = sorted(
+            n for n in names if n.rpartition("__")[0] == prefix and n.count("__") == name.count("__")
+        )
+        if prefix and not level and prefix in names:
+            value = f" ({prefix}={params[prefix]!r})" if prefix in params else ""
+            parts.append(f"{name!r} is not a parameter: {prefix!r} has none{value}")
+            continue
+        if prefix and not level:
+            # The owner itself is unknown: say so at the top level, where the typo is.
+            top = name.split("__")[0]
+            level = sorted(n for n in names if "__" not in n)
+            close = difflib.get_close_matches(top, level, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            shown = ", ".join(level[:25]) + (", ..." if len(level) > 25 else "")
+            parts.append(
+                f"{name!r}: {type(estimator).__name__} has no step or parameter {top!r}{hint} "
+                f"(it has: {shown})"
+            )
+            continue
+        close = difflib.get_close_matches(name, level, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        owner = f"the {prefix!r} step/parameter" if prefix else type(estimator).__name__
+        shown = ", ".join(level[:25]) + (", ..." if len(level) > 25 else "")
+        parts.append(f"{name!r} is not a parameter of {owner}{hint} (it has: {shown or 'none'})")
+    swapped = [f"{k}={v!r}" for k, v in params.items() if _is_estimator(v)]
+    context = f" when {', '.join(swapped)}" if swapped else ""
+    return (
+        f"{'; '.join(parts)}{context}. Fix the name in search_space, or give each estimator "
+        "choice its own sub-space (a list of dicts) with the parameters it has"
+    )
+
+
+def check_candidate(
+    estimator: Any, params: Mapping[str, Any], cache: CandidateCache | None = None
+) -> None:
+    """Raise ``InvalidParameterError('search_space', ...)`` if a name in ``params`` is not
+    a parameter of ``estimator``; remember the answer in ``cache`` by the candidate's shape.
+
+    Names only are checked (values are the estimator's to validate, at fit). A nested name
+    (``clf__C``) is checked against the estimator the candidate puts at ``clf`` when it
+    sets one, else against the estimator's own step.
+    """
+    if not callable(getattr(estimator, "get_params", None)):
+        return  # not a scikit-learn estimator: nothing to check names against
+    key = _shape(params)
+    if cache is not None and key in cache:
+        message = cache[key]
+    else:
+        names = _names(estimator, params)
+        unknown = _unknown(params, names)
+        message = _message(estimator, params, unknown, names) if unknown else None
+        if cache is not None:
+            cache[key] = message
+    if message is not None:
+        raise InvalidParameterError("search_space", message)
+
+
+def _representatives(dim: Any) -> list[Any]:
+    """One value per kind of choice: each estimator type, and one non-estimator value."""
+    if not isinstance(dim, Categorical):
+        return [None]
+    out: list[Any] = []
+    seen: set[Any] = set()
+    for choice in dim.choices:
+        kind: Any = None
+        if _is_estimator(choice):
+            kind = type(choice)
+        elif _holds_estimators(choice):
+            kind = "steps"
+        if kind not in seen:
+            seen.add(kind)
+            out.append(choice)
+    return out
+
+
+def check_space_names(
+    estimator: Any, space: SearchSpace, cache: CandidateCache | None = None
+) -> None:
+    """Check the names of every sub-space of ``space`` before a search starts.
+
+    Each sub-space is checked once per combination of the kinds of its estimator-valued
+    choices (at most 64 combinations; beyond, the runner's per-candidate check covers the
+    rest), with placeholders for the other values.
+    """
+    for sub in space.subspaces:
+        keys = sorted(sub)
+        options = [_representatives(sub[key]) for key in keys]
+        for combo in islice(product(*options), _MAX_COMBINATIONS):
+            check_candidate(estimator, dict(zip(keys, combo, strict=True)), cache)
