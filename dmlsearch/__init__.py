@@ -17,6 +17,7 @@ from .exceptions import (
     AllTrialsFailedError,
     DmlsearchError,
     InvalidParameterError,
+    NoWorkersError,
     SearchSpaceError,
     TrialTimeoutError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Float",
     "Int",
     "InvalidParameterError",
+    "NoWorkersError",
     "Registry",
     "SearchCV",
     "SearchSpace",

@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, clone
 from sklearn.utils.metaestimators import _safe_split
 
+from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from .exceptions import TrialTimeoutError
 
 __all__ = [
@@ -31,9 +32,7 @@ __all__ = [
     "run_trials",
 ]
 
-COMPLETE = "complete"
-FAILED = "failed"
-TIMEOUT = "timeout"
+__all__ += ["COMPLETE", "FAILED", "STOPPED", "TIMEOUT"]
 
 
 @dataclass
@@ -243,11 +242,29 @@ def _run_fold(
     return fold
 
 
-def run_trial(data: SearchData, context: EvalContext, spec: TrialSpec, worker: str) -> TrialOutcome:
-    """Fit and score one candidate on every split."""
+def _limit(context: EvalContext, stop_by: float | None) -> tuple[float | None, bool]:
+    """Seconds this trial may run, and whether the time budget (not trial_timeout) binds."""
+    timeout = context.trial_timeout
+    if stop_by is None:
+        return timeout, False
+    left = max(stop_by - time.time(), 0.0)
+    if timeout is None or left < timeout:
+        return left, True
+    return timeout, False
+
+
+def run_trial(
+    data: SearchData,
+    context: EvalContext,
+    spec: TrialSpec,
+    worker: str,
+    stop_by: float | None = None,
+) -> TrialOutcome:
+    """Fit and score one candidate on every split; stop at ``stop_by`` (wall clock)."""
     if context.seed_globals:
         # Estimators with random_state=None draw from these; seeding them per trial makes
-        # results independent of which worker (and which earlier trials) ran before.
+        # results independent of which worker (and which earlier trials) ran before. The
+        # generators are process-wide: this holds on workers with one thread each.
         np.random.seed(spec.seed % (2**32))
         random.seed(spec.seed)
     started = time.time()
@@ -258,8 +275,9 @@ def run_trial(data: SearchData, context: EvalContext, spec: TrialSpec, worker: s
     score_times: list[float] = []
     error: str | None = None
     state = COMPLETE
+    seconds, by_budget = _limit(context, stop_by)
     try:
-        with _deadline(context.trial_timeout):
+        with _deadline(seconds):
             for train, test in context.splits:
                 fold = _run_fold(data, context, spec, n_samples, train, test)
                 fit_times.append(fold.fit_time)
@@ -271,11 +289,15 @@ def run_trial(data: SearchData, context: EvalContext, spec: TrialSpec, worker: s
                     state = FAILED
                     error = error or fold.error
     except TrialTimeoutError:
-        state = TIMEOUT
-        error = (
-            f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
-            f"{context.trial_timeout}s and was stopped"
-        )
+        if by_budget:
+            state = STOPPED
+            error = f"trial {spec.number} was still running when the time budget ran out"
+        else:
+            state = TIMEOUT
+            error = (
+                f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
+                f"{context.trial_timeout}s and was stopped"
+            )
         n = len(context.splits)
         test_scores = [{} for _ in range(n)]
         train_scores = [{} for _ in range(n)] if context.return_train_score else None
@@ -307,13 +329,55 @@ def _worker_name() -> str:
         return "local"
 
 
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_saved_filters: Any = None
+
+
+@contextmanager
+def _quiet_warnings() -> Iterator[None]:
+    """Ignore warnings while any trial runs in this process, and restore them after the last.
+
+    ``warnings.catch_warnings`` saves and restores the process-wide filters, so two
+    threads of one worker nesting it out of order would leave the filters wrong; a count
+    shared by the threads restores them once, when the last trial of the process ends.
+    """
+    global _quiet_depth, _saved_filters
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _saved_filters = warnings.filters[:]
+            # Estimator warnings (convergence, ...) would flood worker logs; sklearn's
+            # search does not surface them either.
+            warnings.simplefilter("ignore")
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                warnings.filters[:] = _saved_filters  # type: ignore[index]
+                warnings._filters_mutated()  # type: ignore[attr-defined]
+                _saved_filters = None
+
+
 def run_trials(
-    data: SearchData, context: EvalContext, specs: list[TrialSpec]
+    data: SearchData,
+    context: EvalContext,
+    specs: list[TrialSpec],
+    start_by: float | None = None,
+    stop_by: float | None = None,
 ) -> list[TrialOutcome]:
-    """Run a batch of trials in order; the unit of work the runner submits."""
+    """Run a batch of trials in order; the unit of work the runner submits.
+
+    No trial starts after ``start_by`` (wall clock): those are left out of the result.
+    A trial running at ``stop_by`` is stopped and recorded ``"stopped"``.
+    """
     worker = _worker_name()
-    with warnings.catch_warnings():
-        # Estimator warnings (convergence, ...) would flood worker logs; sklearn's
-        # search does not surface them either.
-        warnings.simplefilter("ignore")
-        return [run_trial(data, context, spec, worker) for spec in specs]
+    outcomes: list[TrialOutcome] = []
+    with _quiet_warnings():
+        for spec in specs:
+            if start_by is not None and time.time() >= start_by:
+                break
+            outcomes.append(run_trial(data, context, spec, worker, stop_by))
+    return outcomes

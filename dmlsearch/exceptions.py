@@ -9,6 +9,7 @@ __all__ = [
     "AllTrialsFailedError",
     "DmlsearchError",
     "InvalidParameterError",
+    "NoWorkersError",
     "SearchSpaceError",
     "TrialTimeoutError",
 ]
@@ -37,5 +38,13 @@ class AllTrialsFailedError(DmlsearchError, ValueError):
     """Every trial of a search raised; nothing can be ranked or refitted."""
 
 
-class TrialTimeoutError(DmlsearchError, TimeoutError):
-    """A trial ran past ``trial_timeout`` and was stopped."""
+class TrialTimeoutError(DmlsearchError):
+    """A trial ran past ``trial_timeout`` and was stopped.
+
+    Deliberately not a ``TimeoutError`` (an ``OSError``): ``except OSError`` in an
+    estimator's own code must not swallow it.
+    """
+
+
+class NoWorkersError(DmlsearchError, RuntimeError):
+    """The cluster had no workers for longer than the runner waits for one."""

@@ -24,7 +24,7 @@ from sklearn.utils import indexable
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._evaluate import COMPLETE, EvalContext, SearchData, TrialOutcome
+from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
 from ._recording import (
     SearchRecorder,
     data_fingerprint,
@@ -104,9 +104,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         Seconds a trial may run. A timed-out trial scores ``error_score`` and is recorded
         with state ``"timeout"``; a trial stuck in native code has its worker restarted.
     time_budget : float, optional
-        Seconds the search may take: once spent, no new trial starts and the trials in
-        flight finish. ``n_trials`` still caps the count, so pair a budget with a large
-        ``n_trials``. Results cover the trials that ran.
+        Seconds the search may take, counted from the start of ``fit``: once spent, no
+        trial starts (queued ones included). ``n_trials`` still caps the count, so pair a
+        budget with a large ``n_trials``. Results cover the trials that ran; the refit
+        comes after the budget and its time is reported apart (``phase_times_``).
+    time_budget_policy : {"stop", "finish"}
+        What happens to trials running when the budget ends: ``"stop"`` them (recorded
+        with state ``"stopped"``, scored ``error_score``) or let them ``"finish"``.
     max_retries : int
         How many times a trial lost with its worker is resubmitted.
     progress : bool or None
@@ -131,6 +135,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         One record per trial: state, scores, duration, worker, retries, error traceback.
     seed_ : int
         The seed the search used (drawn at random when ``random_state=None``).
+    phase_times_ : dict
+        Seconds spent in each phase of ``fit``: ``setup`` (validation, cluster, registry),
+        ``search``, ``refit`` and ``register``.
     """
 
     def __init__(
@@ -150,6 +157,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         max_concurrent_trials: int | None = None,
         trial_timeout: float | None = None,
         time_budget: float | None = None,
+        time_budget_policy: str = "stop",
         max_retries: int = 2,
         progress: bool | None = None,
         registry: Any = None,
@@ -171,6 +179,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.max_concurrent_trials = max_concurrent_trials
         self.trial_timeout = trial_timeout
         self.time_budget = time_budget
+        self.time_budget_policy = time_budget_policy
         self.max_retries = max_retries
         self.progress = progress
         self.registry = registry
@@ -300,7 +309,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
         Every argument is validated before any work is sent to the cluster.
         """
+        clock = _PhaseClock()
         scoring, refit_metric = self._validate()
+        if self.time_budget_policy not in ("stop", "finish"):
+            raise InvalidParameterError(
+                "time_budget_policy",
+                f"must be 'stop' or 'finish', got {self.time_budget_policy!r}",
+            )
         space = as_space(self.search_space)
         X, y, groups = indexable(X, y, groups)
         cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
@@ -385,11 +400,15 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     max_concurrent_trials=self.max_concurrent_trials,
                     trial_timeout=self.trial_timeout,
                     time_budget=self.time_budget,
+                    budget_policy=self.time_budget_policy,
+                    budget_start=clock.start,
                     max_retries=self.max_retries,
                     progress=progress,
                     name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
                     observer=reporter,
+                    seeded=self.random_state is not None,
                 )
+                clock.lap("setup")
                 try:
                     runner.run(
                         strategy,
@@ -409,6 +428,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 if reporter is not None:
                     reporter.experiment_finished("complete")
                 self.runner_stats_ = runner.stats
+                clock.lap("search")
         except BaseException as exc:
             if recorder is not None:
                 recorder.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
@@ -420,14 +440,20 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             self.seed_ = seed
             if self.refit:
                 self._refit(X, y, fit_params)
+                clock.lap("refit")
             if recorder is not None:
                 self._register_best(recorder, X)
+                clock.lap("register")
         except BaseException:
             if recorder is not None:
                 recorder.close("failed")
             raise
         if recorder is not None:
             recorder.close("complete")
+        self.phase_times_ = clock.laps
+        summary = clock.summary()
+        logger.info("dmlsearch: %s", summary)
+        progress.message(summary)
         return self
 
     def _open_recorder(
@@ -580,10 +606,19 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         strategy: Strategy,
     ) -> None:
         trials = [outcomes[k] for k in sorted(outcomes)]
-        bad = [t for t in trials if t.state != COMPLETE]
-        if trials and all(not fold for t in trials for fold in t.test_scores):
+        # Trials the time budget stopped are expected, not failures (their state says so).
+        bad = [t for t in trials if t.state not in (COMPLETE, STOPPED)]
+        if not trials or all(t.state == STOPPED for t in trials):
             raise AllTrialsFailedError(
-                f"all {len(trials)} trials failed. The first error was:\n{bad[0].error}"
+                f"no trial finished within time_budget={self.time_budget} s; raise the "
+                "budget (or use time_budget_policy='finish')"
+                if self.time_budget is not None
+                else "no trial ran"
+            )
+        if all(not fold for t in trials for fold in t.test_scores):
+            first = (bad or trials)[0]
+            raise AllTrialsFailedError(
+                f"all {len(trials)} trials failed. The first error was:\n{first.error}"
             )
         if bad:
             warnings.warn(

@@ -14,7 +14,7 @@ from sklearn.datasets import make_classification
 from sklearn.exceptions import FitFailedWarning
 from sklearn.linear_model import LogisticRegression
 
-from dmlsearch import Float, SearchCV
+from dmlsearch import AllTrialsFailedError, Float, SearchCV
 from dmlsearch.testing import NoisyClassifier, SleepyClassifier, local_cluster
 
 pytestmark = pytest.mark.cluster
@@ -30,6 +30,7 @@ def test_worker_killed_mid_search_reports_every_trial_once(fresh_cluster, data):
     n_trials = 24
     with Client(fresh_cluster, set_as_default=False) as client:
         pids = client.run(os.getpid)
+        victim = next(iter(pids))
         # Warm both workers so that each has run trials when the kill comes.
         client.run(lambda: __import__("sklearn.model_selection"))
         search = SearchCV(
@@ -39,23 +40,31 @@ def test_worker_killed_mid_search_reports_every_trial_once(fresh_cluster, data):
             cv=2,
             client=client,
         )
+        busy: list[str] = []
 
         def killer() -> None:
-            time.sleep(1.5)
-            os.kill(next(iter(pids.values())), signal.SIGKILL)
+            # Kill the worker only while it runs trials, so some work really is lost.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                keys = client.processing([victim]).get(victim, [])
+                if keys:
+                    busy.extend(str(k) for k in keys)
+                    os.kill(pids[victim], signal.SIGKILL)
+                    return
+                time.sleep(0.05)
 
+        time.sleep(1.0)
         thread = threading.Thread(target=killer)
         thread.start()
         search.fit(X, y)
         thread.join()
+    assert busy, "the victim worker never ran a trial task"
     numbers = [t.number for t in search.trials_]
     assert numbers == list(range(n_trials))
     assert {t.state for t in search.trials_} == {"complete"}
-    assert len(search.cv_results_["params"]) == n_trials
+    # Every trial was recorded exactly once: a duplicate would show as an extra call.
+    assert search.runner_stats_.recorded == n_trials
     assert [p["parameter"] for p in search.cv_results_["params"]] == list(range(n_trials))
-    # The killed worker really was in use before it died.
-    killed = next(iter(pids))
-    assert any(t.worker == killed for t in search.trials_) or search.runner_stats_.rescattered
     assert all(t.retries <= search.max_retries for t in search.trials_)
 
 
@@ -144,7 +153,7 @@ def test_embedded_cluster_is_started_and_closed(data):
         distributed.default_client()
 
 
-def test_time_budget_stops_new_trials_and_keeps_the_finished_ones(client, data):
+def test_time_budget_finish_policy_lets_running_trials_end(client, data):
     X, y = data
     search = SearchCV(
         SleepyClassifier(seconds=0.3),
@@ -152,6 +161,7 @@ def test_time_budget_stops_new_trials_and_keeps_the_finished_ones(client, data):
         n_trials=200,
         cv=2,
         time_budget=1.5,
+        time_budget_policy="finish",
         random_state=0,
         client=client,
         progress=False,
@@ -165,6 +175,55 @@ def test_time_budget_stops_new_trials_and_keeps_the_finished_ones(client, data):
     assert all(t.state == "complete" for t in search.trials_)
     # Trials in flight when the budget ends finish (none lost): numbers are contiguous.
     assert sorted(t.number for t in search.trials_) == list(range(n))
+    assert set(search.phase_times_) == {"setup", "search", "refit"}
+
+
+def test_time_budget_stop_policy_stops_running_trials_and_starts_no_queued_one(client, data):
+    X, y = data
+    budget = 2.0
+    search = SearchCV(
+        SleepyClassifier(),
+        # Slow trials: every one still runs when the budget ends.
+        {"seconds": [20.0, 20.5, 21.0, 21.5, 22.0, 22.5]},
+        strategy="grid",
+        cv=2,
+        time_budget=budget,
+        client=client,
+        progress=False,
+        refit=False,
+    )
+    wall_start = time.time()
+    with pytest.raises(AllTrialsFailedError, match="time_budget"):
+        search.fit(X, y)
+    elapsed = time.time() - wall_start
+    # Stopped at the budget, not after the 20 s trials.
+    assert elapsed < 15
+
+
+def test_time_budget_stop_policy_records_stopped_trials(client, data):
+    X, y = data
+    budget = 2.5
+    search = SearchCV(
+        SleepyClassifier(),
+        {"seconds": [0.1, 0.1, 30.0, 0.1, 30.0, 0.1, 0.1, 0.1]},
+        strategy="grid",
+        cv=2,
+        time_budget=budget,
+        client=client,
+        progress=False,
+    )
+    wall_start = time.time()
+    search.fit(X, y)
+    states = {t.number: t.state for t in search.trials_}
+    assert set(states.values()) <= {"complete", "stopped"}
+    assert "stopped" in states.values()
+    stopped = [t for t in search.trials_ if t.state == "stopped"]
+    assert all(t.params["seconds"] == 30.0 for t in stopped)
+    assert all("time budget" in (t.error or "") for t in stopped)
+    # No trial started after the budget ended (queued ones never start).
+    assert max(t.started for t in search.trials_) <= wall_start + budget + 0.5
+    assert search.best_params_ == {"seconds": 0.1}
+    assert np.isnan(search.cv_results_["mean_test_score"][2])
 
 
 def test_time_budget_is_validated():

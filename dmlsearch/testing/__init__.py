@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from .cluster import local_cluster
 from .estimators import CrashingClassifier, FailingClassifier, NoisyClassifier, SleepyClassifier
+from .units import PowerKind, WaveSource
 
 __all__ = [
     "CrashingClassifier",
     "FailingClassifier",
     "NoisyClassifier",
+    "PowerKind",
     "SleepyClassifier",
+    "WaveSource",
     "local_cluster",
 ]

@@ -1,0 +1,177 @@
+"""Where work runs: the embedded LocalCluster, a user's cluster, and its shape."""
+
+from __future__ import annotations
+
+import ast
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dask
+from distributed import Client, LocalCluster
+
+from ..exceptions import DmlsearchError, InvalidParameterError
+
+__all__ = ["cluster_shape", "embedded_cluster", "resolve_client", "start_local_cluster"]
+
+logger = logging.getLogger("dmlsearch")
+
+
+def start_local_cluster(
+    n_workers: int | None = None, threads_per_worker: int = 1, **cluster_kwargs: Any
+) -> LocalCluster:
+    """Worker processes on 127.0.0.1, a dashboard on a free port, the worker profiler off.
+
+    The profiler samples every thread every 10 ms and costs about a third of the
+    throughput of tiny trials (docs/benchmarks.md). The embedded default, the CLI's local
+    cluster, the tests and the benchmarks all start their clusters here. ``cluster_kwargs``
+    (``memory_limit``, say) go to :class:`distributed.LocalCluster` and override these
+    defaults.
+    """
+    kwargs: dict[str, Any] = {
+        "processes": True,
+        "host": "127.0.0.1",
+        "dashboard_address": "127.0.0.1:0",
+        "silence_logs": logging.ERROR,
+        **cluster_kwargs,
+    }
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    test = node.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    consts = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and consts == ["__main__"]
+
+
+def unguarded_main_call() -> tuple[str, int] | None:
+    """Where a script runs dmlsearch at its top level outside ``if __name__ == "__main__":``.
+
+    Worker processes started with ``spawn`` re-import the main script; unguarded, each one
+    would start the search (and a cluster) again. Returns ``(path, line)`` of the call in
+    the script, or None when the call is guarded, made from a function, or there is no
+    script (a notebook, ``python -c``, an interactive session).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or not os.path.isfile(path):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if frame.f_globals is vars(main) and code.co_name == "<module>":
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.If)
+            and _is_main_guard(node)
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+        ):
+            return None
+    return path, line
+
+
+def _check_main_guard() -> None:
+    method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    if method not in ("spawn", "forkserver"):
+        return
+    where = unguarded_main_call()
+    if where is not None:
+        path, line = where
+        raise DmlsearchError(
+            f"{os.path.basename(path)}, line {line}: the embedded cluster's worker processes "
+            "re-run this script; put the code that starts the search under "
+            '`if __name__ == "__main__":` (or pass client= an existing cluster)'
+        )
+
+
+@contextmanager
+def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
+    """A :func:`start_local_cluster` with a client, both closed on exit."""
+    _check_main_guard()
+    cluster = start_local_cluster(n_workers)
+    client = Client(cluster, set_as_default=False)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def cluster_shape(client: Client) -> dict[str, Any]:
+    """Where a search runs: scheduler address, workers, threads and memory (for the registry)."""
+    shape: dict[str, Any] = {"address": getattr(client.scheduler, "address", None)}
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except TypeError:  # a distributed without the n_workers argument
+        workers = client.scheduler_info().get("workers", {})
+    except Exception as exc:  # an informational record must never fail a search
+        logger.warning("could not read the cluster's shape: %s", exc)
+        return shape
+    shape.update(
+        workers=len(workers),
+        threads=sum(int(w.get("nthreads", 0)) for w in workers.values()),
+        memory_bytes=sum(int(w.get("memory_limit") or 0) for w in workers.values()),
+        dashboard=getattr(client, "dashboard_link", None),
+    )
+    return shape
+
+
+@contextmanager
+def resolve_client(client: Any) -> Iterator[Client]:
+    """The client a search runs on, resolved once at the edge.
+
+    ``client`` may be a :class:`distributed.Client`, a scheduler address, or ``None``: then
+    the current default client is used if there is one, else an embedded LocalCluster is
+    started and closed afterwards.
+    """
+    if isinstance(client, Client):
+        yield client
+        return
+    if isinstance(client, str):
+        try:
+            c = Client(client, set_as_default=False, timeout="10s")
+        except OSError as exc:
+            raise InvalidParameterError(
+                "client", f"cannot reach a Dask scheduler at {client!r}: {exc}"
+            ) from exc
+        try:
+            yield c
+        finally:
+            c.close()
+        return
+    if client is not None:
+        raise InvalidParameterError(
+            "client",
+            f"expected a distributed.Client, a scheduler address or None, got {type(client).__name__}",
+        )
+    try:
+        # Honours `with client.as_current():` as well as the global default client.
+        found = Client.current()
+    except ValueError:
+        found = None
+    if found is not None and found.status == "running":
+        yield found
+        return
+    with embedded_cluster() as c:
+        yield c

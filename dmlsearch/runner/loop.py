@@ -1,0 +1,506 @@
+"""The one futures loop: moves units of any kind to the cluster and records each once.
+
+Guarantees, whatever the kind of unit (see docs/design.md):
+
+* the objects a kind shares are scattered **once** per run (to every worker, so a worker
+  that dies takes no data with it) and passed to tasks as futures;
+* a bounded number of tasks is in flight; the next is submitted as soon as one ends;
+  cheap units are packed several to a task (:class:`AdaptiveBatcher`);
+* each unit id is recorded exactly once, whatever Dask reruns; futures are released
+  once recorded; a unit lost with its worker is resubmitted up to its policy's
+  ``max_retries``, alone, so one bad unit cannot take others down with it;
+* a unit's timeout counts from when its task **starts** on a worker (workers report it);
+  only a worker still running the task is restarted;
+* with no worker for ``no_workers_timeout`` seconds the run fails with
+  :class:`~dmlsearch.exceptions.NoWorkersError` instead of waiting forever;
+* past the time budget no unit starts, and with ``budget_policy="stop"`` running units
+  are stopped and recorded as such.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from distributed import Client, Future
+from distributed.client import FutureCancelledError
+from distributed.comm.core import CommClosedError
+from distributed.scheduler import KilledWorker
+
+from .._states import FAILED, STOPPED, TIMEOUT
+from ..exceptions import DmlsearchError, NoWorkersError
+from ..progress import NullProgress
+from ._batching import AdaptiveBatcher
+from .reports import ReportStream, report
+from .units import DONE, WAIT, Unit, UnitKind, UnitSource
+
+__all__ = ["FAILED", "STOPPED", "TIMEOUT", "RunStats", "WorkLoop"]
+
+logger = logging.getLogger("dmlsearch")
+
+_LOST = (KilledWorker, CommClosedError, FutureCancelledError, OSError)
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+
+def execute(
+    function: Callable[..., Sequence[Any]],
+    topic: str | None,
+    *args: Any,
+) -> Sequence[Any]:
+    """The task every unit runs in: announce the start, then call the kind's function."""
+    report(topic, "started")
+    return function(*args)
+
+
+@dataclass
+class RunStats:
+    """Counters of one run, for progress, the registry and tests."""
+
+    submitted_tasks: int = 0
+    resubmitted_trials: int = 0
+    rescattered: int = 0
+    hard_timeouts: int = 0
+    stopped_by_budget: bool = False
+    stopped_units: int = 0
+    recorded: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Task(Generic[P]):
+    units: list[Unit[P]]
+    submitted: float
+    started: float | None = None
+    worker: str | None = None
+    deadline: float | None = None
+
+
+class WorkLoop(Generic[P, R]):
+    """Runs the units a source proposes, of one kind, on a Dask cluster.
+
+    One object holds the loop's state (in flight, retries, recorded ids); each step of
+    the loop is a method. ``budget_ends`` is a ``time.monotonic()`` instant after which
+    no unit starts; ``stop_at`` the same instant on the wall clock, for workers.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        kind: UnitKind[P, R],
+        source: UnitSource[P, R],
+        *,
+        max_units_in_flight: int | None = None,
+        target_task_seconds: float = 0.25,
+        poll_interval: float = 0.2,
+        progress: NullProgress | None = None,
+        name: str = "run",
+        budget_ends: float | None = None,
+        budget_policy: str = "stop",
+        no_workers_timeout: float = 60.0,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        if budget_policy not in ("stop", "finish"):
+            raise ValueError(f"budget_policy must be 'stop' or 'finish', got {budget_policy!r}")
+        self.client = client
+        self.kind = kind
+        self.source = source
+        self.policy = kind.policy
+        self.max_units_in_flight = max_units_in_flight
+        self.batcher = AdaptiveBatcher(target_task_seconds)
+        self.poll_interval = poll_interval
+        self.progress = progress or NullProgress()
+        self.name = name
+        self.budget_ends = budget_ends
+        self.budget_policy = budget_policy
+        self.no_workers_timeout = no_workers_timeout
+        self.on_tick = on_tick
+        self.stats = RunStats()
+
+        self.run_id = uuid.uuid4().hex[:8]
+        self._shared: tuple[Any, ...] = ()
+        self._shared_futures: list[Future] = []
+        self._inflight: dict[Future, _Task[P]] = {}
+        self._finished: queue.Queue[Future] = queue.Queue()
+        self._retry: deque[Unit[P]] = deque()
+        self._retries: dict[Hashable, int] = {}
+        self._recorded: set[Hashable] = set()
+        self._exhausted = False
+        self._waiting = False
+        self._stopping = False
+        self._task_counter = 0
+        self._best: float | None = None
+        self._n_slots = 1
+        self._slots_checked = -float("inf")
+        self._no_workers_since: float | None = None
+        self._reports: ReportStream | None = None
+
+    # -- cluster -------------------------------------------------------------------------
+    def _refresh_slots(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._slots_checked < 2.0:
+            return
+        self._slots_checked = now
+        try:
+            threads = sum(self.client.nthreads().values())
+        except Exception:  # the scheduler is busy or gone: keep the last figure
+            return
+        if threads > 0:
+            self._n_slots = threads
+            self._no_workers_since = None
+            return
+        if self._no_workers_since is None:
+            self._no_workers_since = now
+        elif now - self._no_workers_since > self.no_workers_timeout:
+            raise NoWorkersError(
+                f"the cluster has had no workers for {self.no_workers_timeout:.0f} s, so "
+                f"{self.name} cannot go on; start workers (or check why they die) and run "
+                "it again (finished work stays recorded)"
+            )
+
+    def _scatter_one(self, obj: Any) -> Future:
+        """Send ``obj`` to every worker; wait for a live one up to ``no_workers_timeout``."""
+        deadline = time.monotonic() + self.no_workers_timeout
+        delay = 0.25
+        while True:
+            try:
+                # hash=False: tokenizing a large array costs a full pass over it.
+                # direct: straight to the workers, no copy through the scheduler.
+                # broadcast: a worker that dies (a unit crashing it, say) takes no data
+                # with it, so the other workers' tasks carry on.
+                return self.client.scatter(
+                    [obj],
+                    hash=False,
+                    direct=True,
+                    broadcast=True,
+                    timeout=max(1.0, min(15.0, self.no_workers_timeout / 4)),
+                )[0]
+            except (CommClosedError, OSError) as exc:
+                # The scheduler may still list a worker that has just died, or none may be
+                # up yet after a crash: wait for the cluster to recover, within reason.
+                if time.monotonic() > deadline:
+                    raise NoWorkersError(
+                        f"could not send {self.name}'s data to any worker for "
+                        f"{self.no_workers_timeout:.0f} s ({exc}); check that the cluster "
+                        "has live workers"
+                    ) from exc
+                logger.warning("scatter failed (%s); retrying", exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 4.0)
+
+    def _ensure_shared(self) -> list[Future]:
+        if self._shared_futures and all(f.status == "finished" for f in self._shared_futures):
+            return self._shared_futures
+        if self._shared_futures:
+            # The data went with a worker (or was never whole): send it again.
+            self.client.cancel(self._shared_futures)
+            self.stats.rescattered += 1
+        self._shared_futures = [self._scatter_one(obj) for obj in self._shared]
+        return self._shared_futures
+
+    # -- submitting ------------------------------------------------------------------------
+    def _limits(self) -> tuple[float | None, float | None]:
+        """``(start_by, stop_by)`` on the wall clock, for workers."""
+        if self.budget_ends is None:
+            return None, None
+        start_by = time.time() + (self.budget_ends - time.monotonic())
+        return start_by, (start_by if self.budget_policy == "stop" else None)
+
+    def _submit(self, units: list[Unit[P]]) -> None:
+        shared = self._ensure_shared()
+        key = f"dmlsearch-{self.kind.name}-{self.run_id}-{self._task_counter}"
+        self._task_counter += 1
+        topic = None if self._reports is None else self._reports.topic
+        fut = self.client.submit(
+            execute,
+            self.kind.function(),
+            topic,
+            *shared,
+            [u.payload for u in units],
+            *self._limits(),
+            key=key,
+            pure=False,
+        )
+        # Called on the client's event loop whether the task ends, errs or is cancelled.
+        fut.add_done_callback(self._finished.put)
+        self.source.submitted(units)
+        now = time.monotonic()
+        task = _Task(units, now)
+        if self.policy.timeout is not None and self._reports is None:
+            # No start reports to go by: count from submission, with room to queue.
+            task.deadline = now + self._allowance(len(units)) + self.policy.timeout
+        self._inflight[fut] = task
+        self.stats.submitted_tasks += 1
+        self.stats.batch_sizes.append(len(units))
+
+    def _allowance(self, n_units: int) -> float:
+        timeout = self.policy.timeout
+        assert timeout is not None
+        return timeout * n_units + self.policy.grace + 0.25 * timeout
+
+    def _units_in_flight(self) -> int:
+        return sum(len(t.units) for t in self._inflight.values())
+
+    def _max_tasks(self) -> int:
+        # With a timeout, one task per thread: a queued task must not wait behind a slow one.
+        return self._n_slots if self.policy.timeout is not None else 2 * self._n_slots
+
+    def _next_units(self, size: int) -> list[Unit[P]]:
+        units: list[Unit[P]] = []
+        self._waiting = False
+        while len(units) < size:
+            proposal = self.source.propose()
+            if proposal is DONE:
+                self._exhausted = True
+                break
+            if proposal is WAIT:
+                self._waiting = True
+                break
+            assert isinstance(proposal, Unit)
+            units.append(proposal)
+        return units
+
+    def _budget_spent(self) -> bool:
+        return self.budget_ends is not None and time.monotonic() >= self.budget_ends
+
+    def _fill(self) -> None:
+        self._refresh_slots()
+        while len(self._inflight) < self._max_tasks():
+            cap = self.max_units_in_flight
+            room = None if cap is None else cap - self._units_in_flight()
+            if room is not None and room <= 0:
+                return
+            if self._budget_spent():
+                if not self._stopping:
+                    self._stopping = True
+                    self.stats.stopped_by_budget = True
+                return
+            if self._retry:
+                self._submit([self._retry.popleft()])
+                continue
+            if self._exhausted:
+                return
+            size = 1
+            if self.policy.batchable and self.policy.timeout is None:
+                size = self.batcher.size(self.source.remaining, self._n_slots)
+            if room is not None:
+                size = min(size, room)
+            units = self._next_units(size)
+            if units:
+                self._submit(units)
+            if self._exhausted or self._waiting:
+                return
+
+    # -- recording -------------------------------------------------------------------------
+    def _record(self, unit: Unit[P], result: R) -> None:
+        if unit.id in self._recorded:
+            return  # a rerun of a task already recorded
+        if not self.kind.started(result):
+            return  # never started (the budget ran out first): nothing to record
+        self._recorded.add(unit.id)
+        self.stats.recorded += 1
+        value = self.source.record(unit, result, self._retries.get(unit.id, 0))
+        if value is not None and (self._best is None or value > self._best):
+            self._best = value
+
+    def _record_failed(self, unit: Unit[P], state: str, error: str) -> None:
+        if unit.id not in self._recorded:
+            self._record(unit, self.kind.failed(unit, state, error))
+
+    def _lost(self, task: _Task[P], reason: str, killed: bool = False) -> None:
+        if killed and len(task.units) == 1:
+            # Dask already ran it on `allowed-failures` workers that all died: the unit
+            # itself crashes its worker (native crash, out of memory).
+            unit = task.units[0]
+            self._record_failed(
+                unit,
+                FAILED,
+                f"{self.kind.name} {unit.id} killed every worker that ran it ({reason}); "
+                "it probably crashes in native code or runs out of memory",
+            )
+            return
+        # Several units shared the task: retry each alone.
+        for unit in task.units:
+            if unit.id in self._recorded:
+                continue
+            count = self._retries.get(unit.id, 0) + 1
+            self._retries[unit.id] = count
+            if count > self.policy.max_retries:
+                hint = (
+                    "; it ran alone when lost, so it probably crashes its worker "
+                    "(native crash, out of memory)"
+                    if len(task.units) == 1
+                    else ""
+                )
+                self._record_failed(unit, FAILED, f"lost {count} times: {reason}{hint}")
+            else:
+                self.stats.resubmitted_trials += 1
+                self._retry.append(unit)
+
+    def _handle(self, fut: Future) -> None:
+        task = self._inflight.pop(fut)
+        status = fut.status
+        if status == "finished":
+            try:
+                results: Sequence[R] = fut.result()
+            except _LOST as exc:
+                # The result went with its worker before we gathered it.
+                self._lost(task, f"{type(exc).__name__}: {exc}", isinstance(exc, KilledWorker))
+                fut.release()
+                return
+            durations = [self.kind.duration(r) for r in results]
+            self.batcher.observe([d for d in durations if d is not None])
+            by_id = {u.id: u for u in task.units}
+            for result in results:
+                unit = by_id.get(self.kind.result_id(result))
+                if unit is not None:
+                    self._record(unit, result)
+        elif status == "error":
+            error = fut.exception()
+            # Units catch their own errors unless told to raise; so apart from KilledWorker,
+            # an error here is the user's and must surface as is.
+            if isinstance(error, KilledWorker):
+                self._lost(task, f"KilledWorker: {error}", killed=True)
+            else:
+                fut.result()  # re-raises with the worker's traceback
+        else:  # cancelled: the worker or the data it needed is gone
+            self._lost(task, "the task was cancelled (worker or scattered data lost)")
+        fut.release()
+
+    # -- time ------------------------------------------------------------------------------
+    def _read_reports(self) -> None:
+        if self._reports is None:
+            return
+        messages = self._reports.drain()
+        if not messages:
+            return
+        by_key = {f.key: t for f, t in self._inflight.items()}
+        now = time.monotonic()
+        for msg in messages:
+            task = by_key.get(str(msg.get("key")))
+            if task is None or msg.get("kind") != "started":
+                continue
+            # A rerun after a worker loss reports again: the clock restarts with it.
+            task.started = now
+            task.worker = str(msg.get("worker") or "") or None
+            if self.policy.timeout is not None:
+                task.deadline = now + self._allowance(len(task.units))
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        expired = [
+            f for f, t in self._inflight.items() if t.deadline is not None and now > t.deadline
+        ]
+        if not expired:
+            return
+        processing = self.client.processing()
+        for fut in expired:
+            task = self._inflight[fut]
+            worker = next((w for w, keys in processing.items() if fut.key in keys), None)
+            if task.worker is not None and worker != task.worker:
+                # Not on the worker that started it: it ended, or went back to the queue
+                # with a lost worker. Look again after the result (or a new start) arrives.
+                task.deadline = now + self.policy.grace
+                continue
+            del self._inflight[fut]
+            fut.cancel()
+            self.stats.hard_timeouts += 1
+            restart = self.policy.restart_stuck_worker and worker is not None
+            for unit in task.units:
+                self._record_failed(
+                    unit,
+                    TIMEOUT,
+                    f"TrialTimeoutError: {self.kind.name} {unit.id} ran past "
+                    f"{self.policy.timeout_name}={self.policy.timeout}s and did not stop; "
+                    + (f"its worker {worker} was restarted" if restart else "its task was cancelled"),
+                )
+            if restart and worker is not None:
+                try:
+                    self.client.restart_workers([worker], raise_for_error=False)
+                except Exception as exc:
+                    logger.warning("could not restart stuck worker %s: %s", worker, exc)
+
+    def _stop_overrun(self) -> None:
+        """Past the budget and its grace, give up the units still in flight."""
+        assert self.budget_ends is not None
+        if time.monotonic() < self.budget_ends + self.policy.grace:
+            return
+        futures = list(self._inflight)
+        tasks = [self._inflight.pop(f) for f in futures]
+        self.client.cancel(futures)
+        for task in tasks:
+            for unit in task.units:
+                if unit.id not in self._recorded:
+                    self.stats.stopped_units += 1
+                    self._record_failed(
+                        unit,
+                        STOPPED,
+                        f"{self.kind.name} {unit.id} was still running when the time budget "
+                        "ran out and did not stop in time; its task was cancelled",
+                    )
+
+    # -- the loop --------------------------------------------------------------------------
+    def _wait_for_results(self) -> list[Future]:
+        done: list[Future] = []
+        try:
+            done.append(self._finished.get(timeout=self.poll_interval))
+            while True:
+                done.append(self._finished.get_nowait())
+        except queue.Empty:
+            pass
+        return done
+
+    def run(self) -> RunStats:
+        """Run every unit the source proposes; returns the run's counters."""
+        self._shared = tuple(self.kind.shared())
+        self._refresh_slots(force=True)
+        if self.policy.report_starts:
+            self._reports = ReportStream(self.client, f"dmlsearch-{self.run_id}")
+            self._reports.subscribe()
+        self.progress.start(self.source.total, self.name)
+        try:
+            self._ensure_shared()
+            while True:
+                self._fill()
+                if not self._inflight:
+                    if self._retry and not self._stopping:
+                        continue
+                    if self._waiting and not self._exhausted and not self._stopping:
+                        raise DmlsearchError(
+                            f"{self.name}: the policy waits for results but nothing is running"
+                        )
+                    break
+                for fut in self._wait_for_results():
+                    if fut in self._inflight:  # a given-up task may still report
+                        self._handle(fut)
+                self._read_reports()
+                if self.policy.timeout is not None:
+                    self._check_deadlines()
+                if self._stopping and self.budget_policy == "stop":
+                    self._stop_overrun()
+                if self.on_tick is not None:
+                    self.on_tick()
+                self._progress()
+        except BaseException:
+            self.client.cancel(list(self._inflight))
+            raise
+        finally:
+            self.progress.update(len(self._recorded), self.source.failed_count(), 0, self._best)
+            self.progress.close()
+            if self._reports is not None:
+                self._reports.close()
+            if self._shared_futures:
+                self.client.cancel(self._shared_futures)
+        return self.stats
+
+    def _progress(self) -> None:
+        self.progress.update(
+            len(self._recorded), self.source.failed_count(), self._units_in_flight(), self._best
+        )

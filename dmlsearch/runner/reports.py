@@ -1,0 +1,80 @@
+"""The small report stream from workers to the driver.
+
+A task calls :func:`report` (``"started"`` today; intermediate scores and rank progress
+later); the message travels over the worker's batched stream to the scheduler's event
+broker (a handler every scheduler has) and on to the one driver subscribed to the run's
+topic. Nothing is sent when a run does not ask for reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+from typing import Any
+
+__all__ = ["ReportStream", "report"]
+
+logger = logging.getLogger("dmlsearch")
+
+
+def report(topic: str | None, kind: str, **fields: Any) -> None:
+    """On a worker: tell the driver of ``topic`` that ``kind`` happened in this task.
+
+    A no-op outside a Dask task or when ``topic`` is None; it never raises (a report is
+    never worth failing the work for).
+    """
+    if topic is None:
+        return
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        msg = {"kind": kind, "key": str(worker.get_current_task()), **fields}
+        worker.log_event(topic, msg)
+    except Exception:  # not in a worker, or the worker is closing
+        return
+
+
+class ReportStream:
+    """On the driver: the reports of one run, read without blocking from the loop.
+
+    ``subscribe`` registers a handler on the client's event loop that only puts each
+    message in a thread-safe queue; :meth:`drain` empties it from the runner's thread.
+    """
+
+    def __init__(self, client: Any, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+        self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._subscribed = False
+
+    def subscribe(self) -> None:
+        try:
+            self.client.subscribe_topic(self.topic, self._on_event)
+            self._subscribed = True
+        except Exception as exc:  # a client without topics: timeouts fall back to submit time
+            logger.warning("dmlsearch: cannot subscribe to worker reports: %s", exc)
+
+    def _on_event(self, event: Any) -> None:
+        try:
+            _, msg = event
+        except (TypeError, ValueError):
+            return
+        if isinstance(msg, dict):
+            self._queue.put(msg)
+
+    def drain(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self) -> None:
+        if self._subscribed:
+            # The client may be closing: then there is nothing to undo.
+            with contextlib.suppress(Exception):
+                self.client.unsubscribe_topic(self.topic)
+            self._subscribed = False
