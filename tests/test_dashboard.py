@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,14 +18,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack  # type: ignore[import-untyped]
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
 from dmlsearch import Float, SearchCV
-from dmlsearch.dashboard import TOPIC, DashboardReporter, DashboardState, page_link
-from dmlsearch.dashboard.plugin import STREAM_OP
+from dmlsearch.dashboard import DashboardPlugin, DashboardReporter, DashboardState, page_link
+from dmlsearch.dashboard.plugin import OK
 from dmlsearch.dashboard.state import LEADERBOARD, MAX_EXPERIMENTS, MAX_FINISHED, MAX_WORKERS
 from dmlsearch.testing import FailingClassifier
 
@@ -165,41 +168,34 @@ def _outcome(number: int, state: str = "complete", error: str | None = None) -> 
     )
 
 
-class _StreamClient:
-    """What the reporter uses of a distributed.Client: the batched stream to the scheduler."""
+class _InlineLoop:
+    """Runs each callback's coroutine to its end at once (a Client's loop runs in a thread)."""
 
-    def __init__(self) -> None:
+    def add_callback(self, callback: Callable[[], Any]) -> None:
+        asyncio.run(callback())
+
+
+class _RPCClient:
+    """What the reporter uses of a distributed.Client: its loop and the scheduler's RPC."""
+
+    def __init__(self, loop: Any = None) -> None:
         self.sent: list[Any] = []
+        self.loop = loop or _InlineLoop()
+        self.scheduler = self
 
     def register_plugin(self, plugin: Any) -> None:
         pass
 
-    def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
-        assert msg["op"] == STREAM_OP
-        self.sent.append(msg["events"])
+    async def dmlsearch_events(self, events: Any) -> Any:
+        msgpack.packb(events)  # what the comm does: builtin types only
+        self.sent.append(events)
+        return OK
 
 
-class _EventClient:
-    """A client without the batched stream: the reporter falls back on log_event."""
-
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    def register_plugin(self, plugin: Any) -> None:
-        pass
-
-    def log_event(self, topic: str, msg: Any) -> None:
-        from distributed.client import _is_dumpable
-
-        assert topic == TOPIC and _is_dumpable(msg), msg  # what Client.log_event checks
-        self.sent.append(msg)
-
-
-@pytest.mark.parametrize("client_type", [_StreamClient, _EventClient])
-def test_reporter_batches_events_of_builtin_types(client_type):
+def test_reporter_batches_events_of_builtin_types():
     from dmlsearch._evaluate import TrialSpec
 
-    client = client_type()
+    client = _RPCClient()
     params = {"C": np.float64(0.5), "n": np.int64(3), "flag": np.bool_(True), "est": object()}
     reporter = DashboardReporter(client, interval=3600)
     assert reporter.register()
@@ -229,10 +225,78 @@ def test_reporter_batches_events_of_builtin_types(client_type):
     )
 
 
+def test_flush_never_waits_and_batches_arrive_in_order_one_call_at_a_time():
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    release = threading.Event()
+    calls: list[list[int]] = []
+    in_flight = []
+
+    class Loop:
+        def add_callback(self, callback: Callable[[], Any]) -> None:
+            asyncio.run_coroutine_threadsafe(callback(), loop)
+
+    class Slow(_RPCClient):
+        async def dmlsearch_events(self, events: Any) -> Any:
+            in_flight.append(1)
+            assert len(in_flight) == 1  # one call at a time
+            await asyncio.to_thread(release.wait)
+            calls.append([t[0] for e in events if e["kind"] == "ended" for t in e["trials"]])
+            in_flight.pop()
+            return OK
+
+    client = Slow(Loop())
+    reporter = DashboardReporter(client, interval=0)
+    try:
+        for i in range(20):
+            reporter.trial_finished(_outcome(i), 0.5)
+            reporter.tick()  # queues, while the first call waits on the scheduler
+        assert calls == []
+        release.set()
+        reporter.experiment_finished("complete")  # waits for the last batch
+        assert [n for call in calls for n in call] == list(range(20))
+        assert len(calls) < 20  # batches queued behind a call went out together
+        assert not in_flight
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_the_start_and_end_never_wait_on_the_clients_own_loop():
+    """An asynchronous client's loop is the caller's: waiting there would block the send."""
+    from dmlsearch.dashboard.reporter import DELIVERY_WAIT
+
+    async def main() -> tuple[float, list[Any], list[Any]]:
+        running = asyncio.get_running_loop()
+        tasks = []
+
+        class Loop:
+            asyncio_loop = running
+
+            def add_callback(self, callback: Callable[[], Any]) -> None:
+                tasks.append(running.create_task(callback()))
+
+        client = _RPCClient(Loop())
+        reporter = DashboardReporter(client)
+        start = time.monotonic()
+        reporter.experiment_started("e", {})
+        reporter.experiment_finished("complete")
+        took = time.monotonic() - start
+        before = list(client.sent)
+        await asyncio.gather(*tasks)  # the loop is free again: the sender runs
+        return took, before, client.sent
+
+    took, before, sent = asyncio.run(main())
+    assert took < DELIVERY_WAIT / 2 and before == []
+    assert [e["kind"] for msg in sent for e in msg] == ["experiment", "status"]
+
+
 def test_reporter_goes_quiet_when_sending_fails(caplog):
-    class Broken(_StreamClient):
-        def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
-            raise RuntimeError("Client is closed")
+    class Broken(_RPCClient):
+        async def dmlsearch_events(self, events: Any) -> Any:
+            raise OSError("Client is closed")
 
     reporter = DashboardReporter(Broken())
     with caplog.at_level(logging.WARNING, logger="dmlsearch"):
@@ -240,6 +304,34 @@ def test_reporter_goes_quiet_when_sending_fails(caplog):
         reporter.trial_finished(_outcome(0), 1.0)
         reporter.experiment_finished("complete")
     assert caplog.text.count("could not be sent") == 1
+
+
+def test_the_scheduler_handler_is_total():
+    from dmlsearch.dashboard.plugin import NO_PLUGIN, events_handler
+
+    class Scheduler:
+        def __init__(self) -> None:
+            self.plugins: dict[str, Any] = {}
+
+    scheduler = Scheduler()
+    handler = events_handler(scheduler)
+    assert handler(events=[{"kind": "status", "experiment": "e"}]) == NO_PLUGIN
+    plugin = DashboardPlugin()
+    scheduler.plugins = {"dmlsearch-dashboard": plugin}
+    assert handler(events=[{"kind": "status", "experiment": "e", "status": "complete"}]) == OK
+    assert plugin.state.experiments["e"].status == "complete"
+
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text either")
+
+    def apply(events: Any) -> None:
+        raise Weird
+
+    plugin.state.apply = apply
+    assert handler(events=[]) == {"error": "Weird"}
+    plugin.state.apply = lambda events: {}["k"]
+    assert handler(events=[]) == {"error": "KeyError: 'k'"}
 
 
 # -- on a real cluster ---------------------------------------------------------------------
@@ -308,8 +400,6 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
 
     shown = _wait_for(base, lambda v: all(v.get(n, {}).get("status") == "complete" for n in names))
     assert quiet not in shown
-    # Events go over the batched stream, never into the scheduler's event log.
-    assert client.get_events(TOPIC) == ()
     errors = [r["error"] for r in shown[names[1]]["finished"] if r["state"] == "failed"]
     assert errors and all("ValueError" in e for e in errors), shown[names[1]]["finished"]
     metrics = _get(base + "/metrics").decode()
@@ -498,3 +588,147 @@ def test_a_scheduler_without_the_dashboard_only_costs_the_page(remote_scheduler,
     with pytest.raises(urllib.error.HTTPError) as info:
         _get(base + "/dmlsearch/api/state")
     assert info.value.code == 404
+
+
+# -- the dashboard can never cut the client's connection --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def breakable() -> Iterator[Any]:
+    """A client on a private cluster whose scheduler these tests break on purpose."""
+    from distributed import Client
+
+    from dmlsearch.testing import local_cluster
+
+    cl = local_cluster(2)
+    with Client(cl, set_as_default=False) as c:
+        yield c
+    cl.close()
+
+
+def _forget_dashboard(dask_scheduler: Any, keep_plugin: bool = False) -> None:
+    """The scheduler as a restart without the plugin leaves it: no plugin, no handler."""
+    from dmlsearch.dashboard import PLUGIN_NAME
+
+    if not keep_plugin:
+        dask_scheduler.plugins.pop(PLUGIN_NAME, None)
+    for table in (dask_scheduler.handlers, dask_scheduler.stream_handlers):
+        for op in [op for op in table if str(op).startswith("dmlsearch")]:
+            del table[op]
+
+
+def _break_apply(dask_scheduler: Any) -> None:
+    """The plugin's state raises on every batch of events."""
+    from dmlsearch.dashboard.plugin import live_plugin
+
+    def apply(events: Any) -> None:
+        raise RuntimeError("the dashboard broke")
+
+    plugin = live_plugin(dask_scheduler)
+    assert plugin is not None
+    plugin.state.apply = apply
+
+
+def _search_breaking_after_first_trial(
+    client: Any, monkeypatch: pytest.MonkeyPatch, breaker: Callable[[], None], name: str
+) -> SearchCV:
+    """Run an 8-trial search; ``breaker`` runs (and events are sent) after its first trial.
+
+    Then check that the client kept its connection all along.
+    """
+    import operator
+
+    from dmlsearch.testing import SleepyClassifier
+
+    client.run_on_scheduler(_forget_dashboard)  # every test starts from a bare scheduler
+    held = client.submit(operator.add, 1, 1, pure=False)  # lost if the connection is cut
+    original = DashboardReporter.trial_finished
+    calls = []
+
+    def trial_finished(self: DashboardReporter, outcome: Any, value: float | None) -> None:
+        original(self, outcome, value)
+        calls.append(outcome.number)
+        if len(calls) == 1:
+            breaker()
+            self.flush()  # while trials are in flight
+
+    monkeypatch.setattr(DashboardReporter, "trial_finished", trial_finished)
+    X, y = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2
+    search = SearchCV(
+        SleepyClassifier(seconds=0.05),
+        {"parameter": [float(i) for i in range(8)]},
+        strategy="grid",
+        cv=2,
+        client=client,
+        experiment_name=name,
+        progress=False,
+        max_concurrent_trials=2,
+    ).fit(X, y)
+    assert len(calls) == 8
+    _assert_connected(client, held)
+    return search
+
+
+def _assert_connected(client: Any, held: Any) -> None:
+    """The client kept its connection: ``held`` (a future from before the search) is still
+    there, the client is running and new work goes through."""
+    import operator
+
+    assert held.status == "finished" and held.result(timeout=30) == 2
+    assert client.status == "running"
+    assert client.submit(operator.add, 1, 2, pure=False).result(timeout=30) == 3
+
+
+def _dashboard_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "dmlsearch" and r.levelno >= logging.WARNING and "dashboard" in r.getMessage()
+    ]
+
+
+@pytest.mark.cluster
+def test_a_handler_that_raises_never_fails_the_search(breakable, monkeypatch, caplog):
+    name = f"raising-{uuid.uuid4().hex[:6]}"
+    with caplog.at_level(logging.WARNING, logger="dmlsearch"):
+        search = _search_breaking_after_first_trial(
+            breakable, monkeypatch, lambda: breakable.run_on_scheduler(_break_apply), name
+        )
+    assert sorted(t.number for t in search.trials_) == list(range(8))
+    assert all(t.state == "complete" for t in search.trials_)
+    warnings = _dashboard_warnings(caplog)
+    assert len(warnings) == 1 and "the dashboard broke" in warnings[0], warnings
+
+
+@pytest.mark.cluster
+def test_a_scheduler_that_lost_the_plugin_mid_search_gets_it_back(breakable, monkeypatch, caplog):
+    name = f"restarted-{uuid.uuid4().hex[:6]}"
+    with caplog.at_level(logging.WARNING, logger="dmlsearch"):
+        search = _search_breaking_after_first_trial(
+            breakable, monkeypatch, lambda: breakable.run_on_scheduler(_forget_dashboard), name
+        )
+    assert sorted(t.number for t in search.trials_) == list(range(8))
+    warnings = _dashboard_warnings(caplog)
+    assert len(warnings) == 1 and "registered it again" in warnings[0], warnings
+    # The page came back with the rest of the search (the panel's meta resent).
+    base = breakable.dashboard_link.rsplit("/", 1)[0]
+    shown = _wait_for(base, lambda v: v.get(name, {}).get("status") == "complete")[name]
+    assert shown["status"] == "complete" and shown["meta"]["total"] == 8
+    assert 1 <= shown["done"] <= 8
+
+
+@pytest.mark.cluster
+def test_a_scheduler_without_the_handler_mid_search_only_costs_the_page(
+    breakable, monkeypatch, caplog
+):
+    name = f"no-handler-{uuid.uuid4().hex[:6]}"
+
+    def lose_handler() -> None:
+        # The plugin stays registered, so registering it again cannot bring the handler back.
+        breakable.run_on_scheduler(_forget_dashboard, keep_plugin=True)
+
+    with caplog.at_level(logging.WARNING, logger="dmlsearch"):
+        search = _search_breaking_after_first_trial(breakable, monkeypatch, lose_handler, name)
+    assert sorted(t.number for t in search.trials_) == list(range(8))
+    warnings = _dashboard_warnings(caplog)
+    assert len(warnings) == 1 and "stopping" in warnings[0], warnings

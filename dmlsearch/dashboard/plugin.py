@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -16,16 +17,28 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from .metrics import DashboardCollector
 from .state import DashboardState
 
-__all__ = ["PLUGIN_NAME", "STREAM_OP", "TOPIC", "DashboardPlugin", "live_plugin"]
+__all__ = [
+    "EVENTS_HANDLER",
+    "NO_PLUGIN",
+    "OK",
+    "PLUGIN_NAME",
+    "DashboardPlugin",
+    "events_handler",
+    "live_plugin",
+]
 
-logger = logging.getLogger("dmlsearch")
+#: The scheduler side logs apart from the driver's "dmlsearch" (a LocalCluster shares a process).
+logger = logging.getLogger("dmlsearch.dashboard")
 
 PLUGIN_NAME = "dmlsearch-dashboard"
-#: Drivers send their event batches over the client's batched stream with this op: no
-#: round trip, ordered, and nothing kept in the scheduler's event log.
-STREAM_OP = "dmlsearch-events"
-#: The fallback: events published under this topic (``Client.log_event``, a round trip).
-TOPIC = "dmlsearch"
+#: Drivers send their event batches as RPC calls to this scheduler handler, never over the
+#: client's batched stream: an op the scheduler cannot handle there closes the client's
+#: connection (and loses its futures), where a failed RPC call only fails itself.
+EVENTS_HANDLER = "dmlsearch_events"
+#: The handler's answers: events applied, or no dashboard plugin runs (unregistered). A
+#: scheduler without the handler answers ``None`` (``Server.handle_comm``: "No handler").
+OK = "OK"
+NO_PLUGIN = "no-plugin"
 #: The page's name in the dashboard's navigation bar (and its path under the dashboard).
 PAGE = "dmlsearch"
 
@@ -62,6 +75,39 @@ class _Installed:
 
     routes: bool = False
     collector: DashboardCollector | None = None
+    handler: Callable[..., Any] | None = None
+
+
+def events_handler(scheduler: Any) -> Callable[..., Any]:
+    """The scheduler's ``dmlsearch_events`` RPC handler: one batch of events from a driver.
+
+    Total: it applies the batch to the live plugin's state and answers :data:`OK`, answers
+    :data:`NO_PLUGIN` when none runs, and turns any exception into an answer
+    (``{"error": ...}``, logged once per scheduler), so a broken dashboard can never fail
+    the call's connection, let alone the client's. Holds the scheduler weakly.
+    """
+    ref = weakref.ref(scheduler)
+    logged = False
+
+    def dmlsearch_events(events: Any = None, **kwargs: Any) -> Any:
+        nonlocal logged
+        try:
+            found = ref()
+            plugin = None if found is None else live_plugin(found)
+            if plugin is None:
+                return NO_PLUGIN
+            plugin.state.apply(events)
+            return OK
+        except Exception as exc:  # the dashboard must never fail the caller
+            if not logged:
+                logged = True
+                logger.exception("dmlsearch: the dashboard could not apply a batch of events")
+            try:
+                return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            except Exception:  # an exception whose str() raises
+                return {"error": type(exc).__name__}
+
+    return dmlsearch_events
 
 
 # Weak: bookkeeping must not keep a closed scheduler (tests start many) alive.
@@ -152,9 +198,13 @@ class DashboardPlugin(SchedulerPlugin):
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         installed = _INSTALLED.setdefault(scheduler, _Installed())
-        handlers = getattr(scheduler, "stream_handlers", None)
+        handlers = getattr(scheduler, "handlers", None)
         if isinstance(handlers, dict):
-            handlers[STREAM_OP] = self._on_events
+            # One per scheduler, kept when a plugin goes (it then answers NO_PLUGIN); put
+            # back if something removed it.
+            if installed.handler is None:
+                installed.handler = events_handler(scheduler)
+            handlers[EVENTS_HANDLER] = installed.handler
         app = getattr(scheduler, "http_application", None)
         if app is not None and not installed.routes:
             # A host rule of our own: tornado tries it when the dashboard's routes do not match.
@@ -172,21 +222,9 @@ class DashboardPlugin(SchedulerPlugin):
             prometheus_client.REGISTRY.register(collector)
             installed.collector = collector
 
-    def _on_events(self, events: Any = None, **kwargs: Any) -> None:
-        """The stream handler: one batch of events from a driver (``client=`` comes too)."""
-        if live_plugin(self.scheduler) is self:  # else unregistered: nobody shows them
-            self.state.apply(events)
-
-    def log_event(self, topic: str, msg: Any) -> None:
-        if topic == TOPIC:
-            self.state.apply(msg)
-
     async def close(self) -> None:
         """The scheduler closes (or a newer distributed closes unregistered plugins)."""
         scheduler = self.scheduler
-        handlers = getattr(scheduler, "stream_handlers", None)
-        if isinstance(handlers, dict) and handlers.get(STREAM_OP) == self._on_events:
-            del handlers[STREAM_OP]
         pages = _navigation_pages(scheduler)
         if pages is not None and PAGE in pages:
             pages.remove(PAGE)

@@ -1,22 +1,25 @@
 """The driver side: batches a search's events and sends them to the scheduler plugin.
 
-Events travel over the client's batched stream to the scheduler (one message per flush,
-ordered, no round trip): sending never waits on the network, so it cannot slow a search.
+Each flush hands its events to the client's event loop, which sends them as one RPC call
+to the scheduler's ``dmlsearch_events`` handler (one call in flight, so batches arrive in
+order). The runner's loop never waits for the network, and nothing the scheduler does with
+the events - no handler, a handler that fails - can touch the client's own connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import numbers
+import threading
 import time
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
 import numpy as np
 
 from .._evaluate import TrialOutcome, TrialSpec
 from ..runner.dask import RunObserver
-from .plugin import STREAM_OP, TOPIC, DashboardPlugin
+from .plugin import EVENTS_HANDLER, NO_PLUGIN, OK, PLUGIN_NAME, DashboardPlugin
 
 __all__ = ["DashboardReporter", "page_link"]
 
@@ -24,6 +27,10 @@ logger = logging.getLogger("dmlsearch")
 
 #: Longest text sent for a parameter value or an error (the page shows a summary only).
 MAX_TEXT = 200
+#: How long the start and the end of an experiment wait for their events to arrive, and
+#: how long one call to the scheduler may take before the reporter gives up (seconds).
+DELIVERY_WAIT = 5.0
+SEND_TIMEOUT = 30.0
 
 
 def page_link(dashboard_link: str | None) -> str | None:
@@ -77,21 +84,34 @@ class DashboardReporter(RunObserver):
     The runner calls :meth:`trials_submitted`, :meth:`trial_finished` and :meth:`tick`; the
     search calls :meth:`experiment_started` and :meth:`experiment_finished`. Events wait in
     lists until :meth:`flush` (called by :meth:`tick` at most every ``interval`` seconds),
-    which sends them all as one message.
+    which queues them for the client's event loop and returns at once.
 
-    Sending is best effort: if the scheduler cannot take the events, the reporter logs one
-    warning and goes quiet; the search goes on.
+    On the loop, one RPC call at a time carries whatever has queued (batches stay in order
+    and merge while a call is out). Sending is best effort and never raises into the
+    search: a scheduler that lost its plugin (restarted) gets it registered again once;
+    otherwise the reporter logs one warning and goes quiet. A failure inside the plugin is
+    reported in one warning and sending goes on.
     """
 
     def __init__(self, client: Any, interval: float = 0.5) -> None:
         self.client = client
         self.interval = interval
         self.experiment = ""
+        self._meta: dict[str, Any] = {}
         self._events: list[dict[str, Any]] = []
         self._submitted: list[list[Any]] = []
         self._finished: list[list[Any]] = []
         self._last = 0.0
+        # Shared with the client's event loop (the sender), under the lock.
+        self._lock = threading.Lock()
+        self._delivered_cond = threading.Condition(self._lock)
+        self._outbox: list[dict[str, Any]] = []
+        self._queued = 0  # batches queued so far
+        self._delivered = 0  # batches the sender is done with (sent or dropped)
+        self._sending = False  # a sender runs on the loop
         self._broken = False
+        self._warned_failure = False
+        self._registered_again = False
 
     @classmethod
     def attach(cls, client: Any, experiment: str, meta: dict[str, Any]) -> DashboardReporter | None:
@@ -118,13 +138,18 @@ class DashboardReporter(RunObserver):
 
     # -- events --------------------------------------------------------------------------
     def experiment_started(self, name: str, meta: dict[str, Any]) -> None:
-        """A new experiment: every later event carries its ``name``. Sent at once."""
+        """A new experiment: every later event carries its ``name``.
+
+        Sent at once; waits (at most :data:`DELIVERY_WAIT` s) until it has arrived, so the
+        page shows the experiment when the search starts.
+        """
         self.flush()
         self.experiment = str(name)
+        self._meta = _params(meta)
         self._events.append(
-            {"kind": "experiment", "experiment": self.experiment, "meta": _params(meta)}
+            {"kind": "experiment", "experiment": self.experiment, "meta": self._meta}
         )
-        self.flush()
+        self.wait(self.flush())
 
     def trials_submitted(self, specs: list[TrialSpec]) -> None:
         self._submitted.extend([int(s.number), _params(s.params)] for s in specs)
@@ -148,14 +173,21 @@ class DashboardReporter(RunObserver):
             self.flush()
 
     def experiment_finished(self, status: str) -> None:
-        """The experiment ended (``complete``, ``failed``, ``interrupted``). Sent at once."""
+        """The experiment ended (``complete``, ``failed``, ``interrupted``).
+
+        Sent at once; waits (at most :data:`DELIVERY_WAIT` s) until it has arrived, so the
+        page is current when ``fit`` returns.
+        """
         self._events.append(
             {"kind": "status", "experiment": self.experiment, "status": str(status)}
         )
-        self.flush()
+        self.wait(self.flush())
 
-    def flush(self) -> None:
-        """Send what has gathered as one message, without waiting for the scheduler."""
+    def flush(self) -> int:
+        """Queue what has gathered as one batch for the client's loop; never waits.
+
+        Returns the batch's sequence number for :meth:`wait` (0: nothing queued).
+        """
         self._last = time.monotonic()
         # Trials go first (an experiment's status comes after its last trials).
         batch: list[dict[str, Any]] = []
@@ -169,15 +201,119 @@ class DashboardReporter(RunObserver):
         events = [e for e in self._events if e["kind"] != "status"] + batch + status
         self._events, self._submitted, self._finished = [], [], []
         if not events or self._broken:
-            return
+            return 0
+        with self._lock:
+            self._outbox.extend(events)
+            self._queued += 1
+            seq = self._queued
+            start, self._sending = not self._sending, True
+        if start:
+            try:
+                self.client.loop.add_callback(self._drain)
+            except Exception as exc:  # the loop is closed: the client is gone
+                self._stop("dmlsearch: dashboard events could not be sent, stopping: %r", exc)
+        return seq
+
+    def wait(self, seq: int, timeout: float = DELIVERY_WAIT) -> bool:
+        """Wait until batch ``seq`` has been sent (or dropped); False if it has not in time.
+
+        Returns at once on the client's own event loop (an asynchronous client), which
+        waiting would block. (A notebook's cell runs in the kernel's loop, another one.)
+        """
+        if seq <= 0:
+            return True
         try:
-            # Checked here: an unserializable message would break the client's stream.
-            msgpack.packb(events, use_bin_type=True)
-            send = getattr(self.client, "_send_to_scheduler", None)
-            if callable(send):
-                send({"op": STREAM_OP, "events": events})
-            else:  # not a distributed.Client we know: the public API, one round trip
-                self.client.log_event(TOPIC, events)
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            own = getattr(getattr(self.client, "loop", None), "asyncio_loop", running)
+            if own is running:
+                return False
+        with self._delivered_cond:
+            return self._delivered_cond.wait_for(
+                lambda: self._delivered >= seq or self._broken, timeout
+            )
+
+    # -- on the client's event loop ------------------------------------------------------
+    async def _drain(self) -> None:
+        """Send what has queued, one call at a time, until nothing is left."""
+        try:
+            while True:
+                with self._lock:
+                    events, self._outbox = self._outbox, []
+                    upto = self._queued
+                    if not events or self._broken:
+                        self._delivered = upto
+                        self._sending = False
+                        self._delivered_cond.notify_all()
+                        return
+                await self._send(events)
+                with self._lock:
+                    self._delivered = upto
+                    self._delivered_cond.notify_all()
+        except BaseException as exc:  # cancelled (the client closes), or a bug here
+            self._stop("dmlsearch: dashboard events could not be sent, stopping: %r", exc)
+            with self._lock:
+                self._sending = False
+                self._delivered_cond.notify_all()
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _call(self, events: list[dict[str, Any]]) -> Any:
+        rpc = getattr(self.client.scheduler, EVENTS_HANDLER)
+        return await asyncio.wait_for(rpc(events=events), SEND_TIMEOUT)
+
+    async def _send(self, events: list[dict[str, Any]]) -> None:
+        """One call to the scheduler's handler; never raises."""
+        try:
+            reply = await self._call(events)
+            if reply is None and not self._registered_again:
+                # No handler: a scheduler restarted without the plugin. Register it once
+                # more and send again, the experiment first so its panel has its meta.
+                self._registered_again = True
+                from distributed.protocol.pickle import dumps
+
+                await asyncio.wait_for(
+                    self.client.scheduler.register_scheduler_plugin(
+                        plugin=dumps(DashboardPlugin()), name=PLUGIN_NAME, idempotent=True
+                    ),
+                    SEND_TIMEOUT,
+                )
+                meta = {**self._meta, "resume": True}  # continue the panel, never reset it
+                again = [{"kind": "experiment", "experiment": self.experiment, "meta": meta}]
+                reply = await self._call(again + events)
+                if reply == OK:
+                    logger.warning(
+                        "dmlsearch: the scheduler had lost the dashboard plugin (restarted?); "
+                        "registered it again"
+                    )
+                    return
+            if reply is None:
+                self._stop(
+                    "dmlsearch: the scheduler has no handler for dashboard events (an older "
+                    "dmlsearch where it runs?), stopping them; the search goes on"
+                )
+            elif reply == NO_PLUGIN:
+                self._stop(
+                    "dmlsearch: the dashboard plugin was unregistered from the scheduler, "
+                    "stopping dashboard events; the search goes on"
+                )
+            elif isinstance(reply, dict) and "error" in reply and not self._warned_failure:
+                self._warned_failure = True
+                logger.warning(
+                    "dmlsearch: the scheduler's dashboard failed on a batch of events "
+                    "(the page may be incomplete): %s",
+                    reply["error"],
+                )
         except Exception as exc:
-            self._broken = True
-            logger.warning("dmlsearch: dashboard events could not be sent, stopping: %s", exc)
+            self._stop("dmlsearch: dashboard events could not be sent, stopping: %r", exc)
+
+    def _stop(self, message: str, *args: Any) -> None:
+        """Go quiet, with one warning."""
+        with self._lock:
+            already, self._broken = self._broken, True
+            self._outbox = []
+            self._delivered_cond.notify_all()
+        if not already:
+            logger.warning(message, *args)
