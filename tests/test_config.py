@@ -390,6 +390,7 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
         ("search.cv", {"class": "sklearn.svm.SVC"}, "search.cv.class", "not a CV splitter"),
         ("search.cv", "five", "search.cv", "number of folds"),
         ("search.time_budget", -3, "search.time_budget", "> 0"),
+        ("search.time_budget_policy", "wait", "search.time_budget_policy", "stop"),
         ("search.n_trials", True, "search.n_trials", "number"),
         ("search.n_trials", 2.5, "search.n_trials", "integer"),
         ("search.error_score", "zero", "search.error_score", "raise or a number"),
@@ -618,6 +619,7 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
             "search.max_concurrent_trials=4",
             "search.trial_timeout=90s",
             "search.max_retries=0",
+            "search.time_budget_policy=finish",
             "search.error_score=raise",
             "search.return_train_score=true",
             "search.cv={class: sklearn.model_selection.KFold, params: {n_splits: 4}}",
@@ -630,6 +632,7 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
         params = search.get_params(deep=False)
         assert params["strategy"] == "tpe" and params["n_trials"] == 5
         assert params["time_budget"] == 60.0 and params["trial_timeout"] == 90.0
+        assert params["time_budget_policy"] == "finish"
         assert params["random_state"] == 3 and params["max_concurrent_trials"] == 4
         assert params["max_retries"] == 0 and params["error_score"] == "raise"
         assert params["return_train_score"] is True and params["resume"] is True

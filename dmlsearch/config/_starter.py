@@ -29,7 +29,7 @@ search:
     clf__gamma: {type: float, low: 1e-4, high: 1e-1, log: true}
   strategy: tpe                # random, grid, tpe, cmaes, gp or nsga2
   n_trials: 30
-  time_budget: 10m             # no new trial starts after 10 minutes
+  time_budget: 10m             # no trial starts after 10 minutes; running ones stop
   cv: 3
   scoring: accuracy
   random_state: 0

@@ -219,6 +219,7 @@ def build_search(
         max_concurrent_trials=s.max_concurrent_trials,
         trial_timeout=s.trial_timeout,
         time_budget=s.time_budget,
+        time_budget_policy=s.time_budget_policy,
         max_retries=s.max_retries,
         progress=progress,
         registry=registry if registry is not None else make_registry(cfg),

@@ -190,6 +190,7 @@ class SearchSection(_Section):
     strategy: Literal["random", "grid", "tpe", "cmaes", "gp", "nsga2"] = "random"
     n_trials: PosInt | None = None
     time_budget: Seconds | None = None
+    time_budget_policy: Literal["stop", "finish"] = "stop"
     cv: Any = 5
     scoring: Any = None
     refit: Any = True
