@@ -3,23 +3,45 @@
 Workers never open the database. Outcomes are buffered on the driver and written in one
 transaction per batch (at most every ``flush_seconds``, or when ``flush_size`` are
 waiting), so a search on SQLite has a single writer however many workers it has.
+
+A registry that is briefly unavailable (a lost connection, a SQLite file locked past its
+busy timeout) does not end a search: the trials stay buffered and the write is tried again
+with backoff while the search runs; the final write waits for at most ``retry_seconds``.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import math
+import random
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ._evaluate import TrialOutcome
 from .exceptions import InvalidParameterError
-from .registry import AlreadyExistsError, NotFoundError, Registry, TrialRecord
+from .registry import (
+    AlreadyExistsError,
+    ModelVersionRecord,
+    NotFoundError,
+    Registry,
+    RegistryUnavailableError,
+    TrialRecord,
+)
 
 __all__ = ["PriorRun", "SearchRecorder", "data_fingerprint"]
+
+logger = logging.getLogger("dmlsearch")
+
+_T = TypeVar("_T")
+# Seconds between attempts at an unavailable registry: doubling from the first, up to the cap.
+_FIRST_BACKOFF = 0.5
+_MAX_BACKOFF = 15.0
 
 _PACKAGES = ("dmlsearch", "scikit-learn", "dask", "distributed", "optuna", "numpy", "pandas")
 
@@ -54,7 +76,15 @@ class PriorRun:
 
 
 class SearchRecorder:
-    """Records one search's trials in an experiment of ``registry``."""
+    """Records one search's trials in an experiment of ``registry``.
+
+    Writes made while trials run (:meth:`add`, :meth:`tick`) never raise for an unavailable
+    registry: the trials stay buffered and are written at a later tick, attempts spaced by
+    a backoff from 0.5 s up to 15 s, each failure logged as a warning. :meth:`flush` and
+    :meth:`register_model` retry for at most ``retry_seconds`` before raising
+    RegistryUnavailableError; :meth:`close` never raises (it logs, and warns after a search
+    that completed).
+    """
 
     def __init__(
         self,
@@ -65,6 +95,7 @@ class SearchRecorder:
         flush_seconds: float = 0.5,
         flush_size: int = 500,
         owns_registry: bool = False,
+        retry_seconds: float = 60.0,
     ) -> None:
         self.registry = registry
         # A registry opened from a URL for this search is closed with it.
@@ -77,6 +108,11 @@ class SearchRecorder:
         self._buffer: list[TrialRecord] = []
         self._last_flush = time.monotonic()
         self.experiment_id: int | None = None
+        self.retry_seconds = retry_seconds
+        # Outage state: when it began, the next attempt's time and the current backoff.
+        self._outage_since: float | None = None
+        self._next_attempt = 0.0
+        self._backoff = _FIRST_BACKOFF
 
     def open(
         self,
@@ -121,32 +157,138 @@ class SearchRecorder:
         self.store.set_experiment_status(exp.id, "running")
         return None
 
+    @property
+    def pending(self) -> int:
+        """Trials buffered and not yet written."""
+        return len(self._buffer)
+
     def add(self, outcome: TrialOutcome) -> None:
         assert self.experiment_id is not None
         self._buffer.append(
             TrialRecord.from_outcome(self.experiment_id, outcome, metric=self.metric)
         )
         if len(self._buffer) >= self.flush_size:
-            self.flush()
+            self._write_if_due()
 
     def tick(self) -> None:
         if self._buffer and time.monotonic() - self._last_flush >= self.flush_seconds:
-            self.flush()
+            self._write_if_due()
 
-    def flush(self) -> None:
+    def _write(self) -> None:
+        """One attempt at writing the buffer (one transaction); it is kept if that fails."""
         if self._buffer and self.experiment_id is not None:
             self.store.record_trials(self.experiment_id, self._buffer)
             self._buffer = []
         self._last_flush = time.monotonic()
+        if self._outage_since is not None:
+            logger.warning(
+                "dmlsearch: the registry is reachable again after %.1f s; buffered trials "
+                "were written",
+                time.monotonic() - self._outage_since,
+            )
+        self._outage_since = None
+        self._backoff = _FIRST_BACKOFF
+
+    def _failed(self, exc: RegistryUnavailableError) -> float:
+        """Note a failed attempt; return the delay before the next one."""
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+        delay = random.uniform(0.5, 1.0) * self._backoff
+        self._backoff = min(2 * self._backoff, _MAX_BACKOFF)
+        self._next_attempt = now + delay
+        logger.warning(
+            "dmlsearch: %s; keeping %d trial(s) in memory and trying again in %.1f s",
+            exc,
+            len(self._buffer),
+            delay,
+        )
+        return delay
+
+    def _write_if_due(self) -> None:
+        """Write the buffer unless an outage's backoff says wait; never raises for an outage."""
+        if time.monotonic() < self._next_attempt:
+            return
+        try:
+            self._write()
+        except RegistryUnavailableError as exc:
+            self._failed(exc)
+
+    def _retrying(self, call: Callable[[], _T], deadline: float) -> _T:
+        """``call()``, tried again with backoff while the registry is unavailable, until
+        ``deadline`` (monotonic); then its RegistryUnavailableError is raised."""
+        while True:
+            try:
+                result = call()
+            except RegistryUnavailableError as exc:
+                delay = self._failed(exc)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                time.sleep(min(delay, remaining))
+                continue
+            self._next_attempt = 0.0
+            return result
+
+    def flush(self, *, deadline: float | None = None) -> None:
+        """Write every buffered trial, retrying an unavailable registry for at most
+        ``retry_seconds`` (or until ``deadline``, monotonic); raises
+        RegistryUnavailableError after that, with the trials still buffered."""
+        if deadline is None:
+            deadline = time.monotonic() + self.retry_seconds
+        self._retrying(self._write, deadline)
+
+    def register_model(self, model: Any, **kwargs: Any) -> ModelVersionRecord:
+        """Register ``model`` as the next version of the model named after the experiment.
+
+        ``kwargs`` go to :meth:`Registry.register_model` (``experiment`` is this one). An
+        unavailable registry is retried for at most ``retry_seconds``; then, or for any
+        other registry failure, a RegistryError is raised (FormatError for a model that has
+        no safe format).
+        """
+        kwargs.setdefault("experiment", self.experiment_id)
+        deadline = time.monotonic() + self.retry_seconds
+        return self._retrying(
+            lambda: self.registry.register_model(self.name, model, **kwargs), deadline
+        )
 
     def close(self, status: str) -> None:
+        """Write the buffered trials and the experiment's final ``status``; never raises.
+
+        Called from a search's error path too, so it must not hide the error being raised:
+        a failure here is logged (and, after a completed search, warned about) instead.
+        """
+        deadline = time.monotonic() + self.retry_seconds
         try:
-            self.flush()
+            self.flush(deadline=deadline)
             if self.experiment_id is not None:
-                self.store.set_experiment_status(self.experiment_id, status)
+                experiment_id = self.experiment_id
+                self._retrying(
+                    lambda: self.store.set_experiment_status(experiment_id, status), deadline
+                )
+        except Exception as exc:
+            self._close_failed(status, exc)
         finally:
             if self.owns_registry:
-                self.registry.close()
+                try:
+                    self.registry.close()
+                except Exception:
+                    logger.warning("dmlsearch: closing the registry failed", exc_info=True)
+
+    def _close_failed(self, status: str, exc: Exception) -> None:
+        lost = (
+            f"{len(self._buffer)} trial(s) and the status {status!r}"
+            if self._buffer
+            else f"the status {status!r}"
+        )
+        message = (
+            f"experiment {self.name!r}: could not record {lost} in the registry ({exc}); "
+            "they are in the search's results (cv_results_), and resume=True reruns the "
+            "trials that were not recorded"
+        )
+        if status == "complete":
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+        logger.error("dmlsearch: %s", message, exc_info=exc)
 
 
 def same_params(stored: dict[str, Any], params: dict[str, Any]) -> bool:

@@ -49,16 +49,14 @@ def _plan(index: int) -> tuple[list[list[int]], list[int]]:
 
 def _write(url: str, experiment_id: int, index: int, barrier: Any) -> dict[str, Any]:
     """One job: open the store, then write this worker's share, counting every error."""
-    from sqlalchemy.exc import OperationalError
-
-    from dmlsearch.registry import SQLStore, TrialRecord
+    from dmlsearch.registry import RegistryUnavailableError, SQLStore, TrialRecord
 
     report: dict[str, Any] = {"index": index, "locked": 0, "errors": [], "versions": []}
 
     def attempt(write: Callable[[], Any]) -> Any:
         try:
             return write()
-        except OperationalError as exc:
+        except RegistryUnavailableError as exc:
             if "database is locked" in str(exc):
                 report["locked"] += 1
             else:

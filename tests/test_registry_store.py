@@ -17,6 +17,7 @@ from dmlsearch.registry import (
     FAILED,
     SCHEMA_VERSION,
     RegistryError,
+    RegistryUnavailableError,
     SQLStore,
     TrialRecord,
     default_registry_url,
@@ -202,3 +203,55 @@ def test_100k_trials(store_url: str, capsys: pytest.CaptureFixture[str]) -> None
     values = [t.value for t in board]
     assert all(v is not None for v in values)
     assert values == sorted((v for v in values if v is not None), reverse=True)
+
+
+# -- opening: upgrades, reading without creating, unavailable databases -------------------
+
+
+def test_schema_1_is_upgraded_and_gets_a_registry_id(store_url: str) -> None:
+    with SQLStore(store_url) as store, store.engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE registry_info"))
+        conn.execute(sa.text("UPDATE schema_info SET version = 1"))
+    with SQLStore(store_url, migrate=False) as old:
+        assert old.schema_version() == 1
+        assert old.get_meta("registry_id") is None  # readable before the upgrade
+    with SQLStore(store_url, create=False) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 2
+        registry_id = store.get_meta("registry_id")
+        assert registry_id is not None and len(registry_id) == 32
+    with SQLStore(store_url) as store:
+        assert store.get_meta("registry_id") == registry_id  # created once
+
+
+def test_create_false_refuses_an_empty_database(store_url: str) -> None:
+    with pytest.raises(RegistryError, match="no registry at") as info:
+        SQLStore(store_url, create=False)
+    assert "\n" not in str(info.value)
+    with SQLStore(store_url, migrate=False) as store:
+        assert store.schema_version() is None
+
+
+def test_a_sqlite_file_locked_past_the_busy_timeout_is_unavailable(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "r.db"
+    with SQLStore(f"sqlite:///{path}", busy_timeout=0.05) as store:
+        exp = store.create_experiment("exp")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(RegistryUnavailableError, match="database is locked") as info:
+                store.record_trials(exp.id, [TrialRecord(exp.id, 0, COMPLETE, {}, {})])
+            assert str(path) in str(info.value)
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        store.record_trials(exp.id, [TrialRecord(exp.id, 0, COMPLETE, {}, {})])
+        assert store.count_trials(exp.id) == 1
+
+
+def test_a_server_that_is_not_running_is_one_line() -> None:
+    with pytest.raises(RegistryError, match="check that the server is running") as info:
+        SQLStore("postgresql+psycopg://postgres@127.0.0.1:1/db")
+    assert "\n" not in str(info.value)
+    assert not isinstance(info.value, RegistryUnavailableError)

@@ -27,10 +27,12 @@ __all__ = [
     "TIMEOUT",
     "AlreadyExistsError",
     "ExperimentRecord",
+    "ModelSummary",
     "ModelVersionRecord",
     "NotFoundError",
     "RegistryError",
     "RegistryStore",
+    "RegistryUnavailableError",
     "TrialRecord",
 ]
 
@@ -58,6 +60,14 @@ class NotFoundError(RegistryError, KeyError):
 
 class AlreadyExistsError(RegistryError):
     """A name that must be unique is taken."""
+
+
+class RegistryUnavailableError(RegistryError):
+    """The database could not be reached, or stayed locked past its timeout.
+
+    The call that raised changed nothing and may be retried later (the search recorder
+    does, with backoff).
+    """
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,22 @@ class ModelVersionRecord:
     created: float
 
 
+@dataclass(frozen=True)
+class ModelSummary:
+    """One registered model: its latest version, how many versions, and its aliases.
+
+    ``aliases`` maps each alias to the version it points at. ``created`` is when the model
+    was first registered, ``updated`` when its latest version was.
+    """
+
+    name: str
+    latest_version: int | None
+    n_versions: int
+    aliases: dict[str, int]
+    created: float
+    updated: float | None
+
+
 class RegistryStore(abc.ABC):
     """Where experiments, trials and model versions are recorded.
 
@@ -180,8 +206,22 @@ class RegistryStore(abc.ABC):
       arrays as Python numbers and lists, other objects as their ``repr``.
 
     Only the primitives are abstract; conveniences (``get_or_create_experiment``,
-    ``trials_dataframe``) are built on them.
+    ``trials_dataframe``, ``model_summaries``) are built on them.
     """
+
+    # -- registry metadata ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_meta(self, key: str) -> str | None:
+        """A value the registry keeps about itself (its id, its artifact store), or None."""
+
+    @abc.abstractmethod
+    def setdefault_meta(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless a value is already there; return the stored one.
+
+        Atomic under concurrent writers: every caller gets the same (first) value.
+        Raises InvalidParameterError if ``key`` is empty or over 64 characters.
+        """
 
     # -- experiments ---------------------------------------------------------------------
 
@@ -214,6 +254,14 @@ class RegistryStore(abc.ABC):
         """Set the status (``"running"``, ``"finished"``, ``"failed"``...).
 
         Raises NotFoundError if the experiment does not exist.
+        """
+
+    @abc.abstractmethod
+    def delete_experiment(self, name_or_id: str | int) -> int:
+        """Delete an experiment and all its trials in one transaction; return the trial count.
+
+        Model versions registered from it are kept (their lineage still names it) and its id
+        is never reused. Raises NotFoundError if it does not exist.
         """
 
     # -- trials --------------------------------------------------------------------------
@@ -366,6 +414,28 @@ class RegistryStore(abc.ABC):
         for exp in self.list_experiments():
             top = self.leaderboard(exp.id, k=1)
             out[exp.id] = (self.count_trials(exp.id), top[0].value if top else None)
+        return out
+
+    def model_summaries(self) -> list[ModelSummary]:
+        """One summary per registered model, sorted by name.
+
+        Stores should override this with a few queries instead of one per model.
+        """
+        out = []
+        for name in self.list_models():
+            versions = self.list_model_versions(name)
+            aliases = {a: v.version for v in versions for a in v.aliases}
+            latest = versions[-1] if versions else None
+            out.append(
+                ModelSummary(
+                    name=name,
+                    latest_version=latest.version if latest else None,
+                    n_versions=len(versions),
+                    aliases=dict(sorted(aliases.items())),
+                    created=versions[0].created if versions else 0.0,
+                    updated=latest.created if latest else None,
+                )
+            )
         return out
 
     def get_or_create_experiment(

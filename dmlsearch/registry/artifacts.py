@@ -1,26 +1,37 @@
 """Content-addressed artifact store on any fsspec filesystem, verified on every load.
 
-A blob lives at ``<root>/<sha[:2]>/<sha>``: identical models are stored once, a path can
-never point at other bytes than its name says, and every read is checked against the
-sha256 recorded in the registry database.
+A blob lives at ``<root>/<namespace>/<sha[:2]>/<sha>``, where the namespace is the id of the
+registry that wrote it: registries that share a store (two SQLite files in one folder, every
+PostgreSQL registry on one bucket) never see, let alone collect, each other's blobs.
+Identical models of one registry are stored once, a path can never point at other bytes
+than its name says, and every read is checked against the sha256 recorded in the registry.
+
+Blobs written before namespaces existed live at ``<root>/<sha[:2]>/<sha>``; they are still
+read, but never garbage-collected (any registry sharing the store may use them).
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
+import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
 from ..exceptions import DmlsearchError
 
-__all__ = ["ArtifactIntegrityError", "ArtifactStore", "default_artifacts_url"]
+__all__ = ["ArtifactIntegrityError", "ArtifactStore", "Blob", "default_artifacts_url"]
+
+_HEX = frozenset("0123456789abcdef")
+_TMP = ".tmp-"
 
 
 class ArtifactIntegrityError(DmlsearchError):
-    """An artifact's bytes do not match the sha256 the registry recorded (tampered or truncated)."""
+    """An artifact is missing, or its bytes do not match the sha256 the registry recorded."""
 
 
 def default_artifacts_url() -> str:
@@ -28,75 +39,229 @@ def default_artifacts_url() -> str:
     return os.environ.get("DMLSEARCH_ARTIFACTS") or os.path.join(os.getcwd(), "dmlsearch-artifacts")
 
 
-class ArtifactStore:
-    """Blobs keyed by their sha256 on the filesystem that ``url`` names (local path, s3://, ...)."""
+def _is_digest(name: str) -> bool:
+    return len(name) == 64 and set(name) <= _HEX
 
-    def __init__(self, url: str | None = None, **storage_options: Any) -> None:
+
+@dataclass(frozen=True)
+class Blob:
+    """One file of the store: a blob (``digest`` set) or a temporary file left by a crash."""
+
+    path: str
+    digest: str | None
+    mtime: float | None
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return _timestamp(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return None
+    return None
+
+
+def _mtime(info: dict[str, Any]) -> float | None:
+    """When a file was last written, from an fsspec info dict (keys differ per backend)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        stamp = _timestamp(info.get(key))
+        if stamp is not None:
+            return stamp
+    return None
+
+
+class ArtifactStore:
+    """Blobs keyed by their sha256 on the filesystem that ``url`` names (local path, s3://, ...).
+
+    ``namespace`` (the registry's id) is the folder under ``url`` that this store writes,
+    lists and collects; without one the store uses the layout of old registries. ``hint`` is
+    appended to every "missing" message (the registry says where it keeps its artifacts).
+    """
+
+    def __init__(
+        self, url: str | None = None, *, namespace: str | None = None, **storage_options: Any
+    ) -> None:
         self.url = url or default_artifacts_url()
+        self.namespace = namespace
+        self.hint = ""
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage_options)
         self.root = self.root.rstrip("/")
         self.protocol = (
             self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         )
 
+    def __repr__(self) -> str:
+        return f"ArtifactStore({self.url!r}, namespace={self.namespace!r})"
+
+    @property
+    def base(self) -> str:
+        """The folder this store writes to: ``<root>/<namespace>`` (or the root)."""
+        return f"{self.root}/{self.namespace}" if self.namespace else self.root
+
     def _path(self, digest: str) -> str:
+        return f"{self.base}/{digest[:2]}/{digest}"
+
+    def _legacy_path(self, digest: str) -> str:
         return f"{self.root}/{digest[:2]}/{digest}"
 
-    def uri(self, digest: str) -> str:
-        path = self._path(digest)
+    def _candidates(self, digest: str) -> list[str]:
+        paths = [self._path(digest)]
+        if self.namespace:
+            paths.append(self._legacy_path(digest))
+        return paths
+
+    def show(self, path: str) -> str:
+        """A path as users can paste it: plain for local files, ``protocol://`` otherwise."""
         return path if self.protocol in ("file", "local") else f"{self.protocol}://{path}"
 
+    def uri(self, digest: str) -> str:
+        """Where :meth:`put` stores ``digest``."""
+        return self.show(self._path(digest))
+
     def put(self, data: bytes) -> tuple[str, str]:
-        """Store ``data``; returns ``(uri, sha256)``. Writing the same bytes twice is a no-op."""
+        """Store ``data``; returns ``(uri, sha256)``.
+
+        Writing bytes that are already there only refreshes the blob's modification time, so
+        that a garbage collection running meanwhile sees it as young and leaves it alone.
+        """
         digest = hashlib.sha256(data).hexdigest()
         path = self._path(digest)
-        if not self.fs.exists(path):
-            self.fs.makedirs(f"{self.root}/{digest[:2]}", exist_ok=True)
-            # Write aside, then move: a crash never leaves a partial blob under its final name.
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with self.fs.open(tmp, "wb") as fh:
-                fh.write(data)
-            self.fs.mv(tmp, path)
+        if not self.fs.exists(path) or not self._refresh(path):
+            self._write(path, data)
         return self.uri(digest), digest
 
-    def get(self, digest: str) -> bytes:
-        """The bytes of ``digest``; raises :class:`ArtifactIntegrityError` if they do not match."""
-        path = self._path(digest)
-        try:
-            with self.fs.open(path, "rb") as fh:
-                data: bytes = fh.read()
-        except FileNotFoundError as exc:
-            raise ArtifactIntegrityError(
-                f"artifact {digest} is missing from {self.url}; it was deleted or the "
-                "artifact store URL points elsewhere"
-            ) from exc
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != digest:
-            raise ArtifactIntegrityError(
-                f"artifact {digest} is corrupt: its bytes hash to {actual}; refusing to load it"
-            )
-        return data
+    def _write(self, path: str, data: bytes) -> None:
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        # Write aside, then move: a crash never leaves a partial blob under its final name.
+        tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
+        with self.fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        self.fs.mv(tmp, path)
 
-    def verify(self, digest: str) -> bool:
-        """Whether the blob exists and matches its name."""
+    def _refresh(self, path: str) -> bool:
+        """Bump the modification time of an existing blob; False where the backend cannot."""
         try:
-            self.get(digest)
-        except ArtifactIntegrityError:
+            self.fs.touch(path, truncate=False)
+        except (NotImplementedError, ValueError, TypeError):
             return False
         return True
 
-    def digests(self) -> set[str]:
-        """Every blob in the store."""
-        if not self.fs.exists(self.root):
-            return set()
-        out = set()
-        for path in self.fs.find(self.root):
-            name = path.rstrip("/").rsplit("/", 1)[-1]
-            if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
-                out.add(name)
+    def locate(self, digest: str) -> str | None:
+        """The path holding ``digest`` (this namespace first, then the old layout), or None."""
+        for path in self._candidates(digest):
+            if self.fs.exists(path):
+                return path
+        return None
+
+    def exists(self, digest: str) -> bool:
+        """Whether ``digest`` is stored (in this namespace or the old layout)."""
+        return self.locate(digest) is not None
+
+    def owns(self, digest: str) -> bool:
+        """Whether ``digest`` is stored in this store's own folder (where :meth:`put` writes)."""
+        return bool(self.fs.exists(self._path(digest)))
+
+    def get(self, digest: str, *, what: str = "") -> bytes:
+        """The bytes of ``digest``; raises :class:`ArtifactIntegrityError` if they do not match.
+
+        ``what`` names the artifact in messages (e.g. ``"of model 'clf' version 2"``).
+        """
+        label = f"artifact {digest}" + (f" {what}" if what else "")
+        for path in self._candidates(digest):
+            try:
+                with self.fs.open(path, "rb") as fh:
+                    data: bytes = fh.read()
+            except FileNotFoundError:
+                continue
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != digest:
+                raise ArtifactIntegrityError(
+                    f"{label} at {self.show(path)} is corrupt: its bytes hash to {actual}; "
+                    "refusing to load it"
+                )
+            return data
+        looked = " or ".join(self.show(p) for p in self._candidates(digest))
+        hint = self.hint or f"this artifact store is {self.url}"
+        raise ArtifactIntegrityError(f"{label} is missing: no file at {looked}; {hint}")
+
+    def problem(self, digest: str, *, what: str = "") -> str | None:
+        """None if the blob exists and matches its name, else the message saying what is wrong."""
+        try:
+            self.get(digest, what=what)
+        except ArtifactIntegrityError as exc:
+            return str(exc)
+        return None
+
+    def verify(self, digest: str) -> bool:
+        """Whether the blob exists and matches its name."""
+        return self.problem(digest) is None
+
+    def blobs(self) -> list[Blob]:
+        """Every file this store owns: its blobs and temporary files left by crashed writes.
+
+        With a namespace that is everything under ``<root>/<namespace>``; without one, the
+        files of the old layout ``<root>/<xx>/<sha>`` (never another registry's folder).
+        """
+        if not self.fs.exists(self.base):
+            return []
+        found: dict[str, Any] = self.fs.find(self.base, detail=True)
+        out = []
+        for path, info in sorted(found.items()):
+            parts = path[len(self.base) :].strip("/").split("/")
+            if len(parts) != 2 or len(parts[0]) != 2 or not set(parts[0]) <= _HEX:
+                continue
+            name = parts[1]
+            if _is_digest(name):
+                out.append(Blob(path, name, _mtime(info)))
+            elif _TMP in name and _is_digest(name.split(_TMP, 1)[0]):
+                out.append(Blob(path, None, _mtime(info)))
         return out
 
+    def digests(self) -> set[str]:
+        """The sha256 of every blob this store owns (see :meth:`blobs`)."""
+        return {b.digest for b in self.blobs() if b.digest is not None}
+
+    def _age(self, path: str, now: float) -> float | None:
+        try:
+            stamp = _mtime(self.fs.info(path))
+        except FileNotFoundError:
+            return None
+        return None if stamp is None else now - stamp
+
+    def collect(
+        self, referenced: set[str], *, grace_seconds: float, dry_run: bool = False
+    ) -> list[str]:
+        """Delete this store's blobs not in ``referenced`` and older than ``grace_seconds``.
+
+        Temporary files of crashed writes older than the grace period go too. A file whose
+        age the backend does not tell is kept unless ``grace_seconds`` is 0. Each age is read
+        again just before deleting, so a blob that a registration refreshed meanwhile stays.
+        Returns the paths deleted (or, with ``dry_run``, that would be).
+        """
+        removed = []
+        for blob in self.blobs():
+            if blob.digest is not None and blob.digest in referenced:
+                continue
+            if grace_seconds > 0:
+                age = self._age(blob.path, time.time())
+                if age is None or age < grace_seconds:
+                    continue
+            if not dry_run:
+                try:
+                    self.fs.rm(blob.path)
+                except FileNotFoundError:
+                    continue
+            removed.append(self.show(blob.path))
+        return removed
+
     def delete(self, digest: str) -> None:
+        """Delete ``digest`` from this namespace (never from the old shared layout)."""
         path = self._path(digest)
         if self.fs.exists(path):
             self.fs.rm(path)

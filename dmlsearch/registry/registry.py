@@ -2,33 +2,96 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
+import uuid
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from ..exceptions import InvalidParameterError
-from ._base import ExperimentRecord, ModelVersionRecord, RegistryStore
-from .artifacts import ArtifactStore, default_artifacts_url
+from ._base import ExperimentRecord, ModelVersionRecord, NotFoundError, RegistryStore
+from .artifacts import ArtifactStore
 from .formats import Serialized, dump_model, load_model
-from .sql import SQLStore, default_registry_url
+from .sql import SQLStore, default_registry_url, parse_registry_url, sqlite_path
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Registry", "as_registry"]
 
+_ARTIFACTS_FOLDER = "dmlsearch-artifacts"
 
-def _artifacts_next_to(url: str) -> str:
-    """Keep a SQLite registry's blobs beside its database file, unless told otherwise."""
-    if "DMLSEARCH_ARTIFACTS" in os.environ:
-        return default_artifacts_url()
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        folder = os.path.dirname(os.path.abspath(str(parsed.database)))
-        return os.path.join(folder, "dmlsearch-artifacts")
-    return default_artifacts_url()
+
+def _is_url(location: str) -> bool:
+    return "://" in location
+
+
+def _normalize(location: str, base: Path | None = None) -> str:
+    """A location as compared and used: URLs as given, local paths absolute."""
+    if _is_url(location):
+        return location.rstrip("/")
+    path = Path(location).expanduser()
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    return os.path.normpath(path)
+
+
+def _stored_form(location: str, folder: Path | None) -> str:
+    """What the registry records: relative to a SQLite file's folder when inside it.
+
+    A SQLite registry moved together with its artifacts (the default layout) still finds
+    them; anything else is recorded absolute.
+    """
+    if folder is not None and not _is_url(location):
+        try:
+            return Path(location).relative_to(folder).as_posix() or "."
+        except ValueError:
+            pass
+    return location
+
+
+def _suggestion(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_str(param: str, value: object, what: str, hint: str = "") -> None:
+    if not isinstance(value, str):
+        raise InvalidParameterError(
+            param, f"expected {what} (str), got {type(value).__name__} {value!r}{hint}"
+        )
+
+
+def _check_optional_int(param: str, value: object, what: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidParameterError(
+            param, f"expected {what} (int), got {type(value).__name__} {value!r}"
+        )
+
+
+def _check_model_name(param: str, value: object) -> None:
+    hint = ""
+    if isinstance(value, ModelVersionRecord):
+        hint = (
+            "; for a ModelVersionRecord pass its name and version: "
+            "load_model(record.model, version=record.version)"
+        )
+    _check_str(param, value, "a model name", hint)
+
+
+def _check_experiment_key(param: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        hint = ""
+        if isinstance(value, ExperimentRecord):
+            hint = "; for an ExperimentRecord pass record.name or record.id"
+        raise InvalidParameterError(
+            param,
+            f"expected an experiment name (str) or id (int), got {type(value).__name__} "
+            f"{value!r}{hint}",
+        )
 
 
 class Registry:
@@ -36,8 +99,20 @@ class Registry:
 
     Metadata lives in SQL (``url``: SQLite by default, a ``postgresql+psycopg://`` URL at
     scale, or ``DMLSEARCH_REGISTRY``); model files live in a content-addressed artifact
-    store (``artifacts``: a local folder by default, any fsspec URL at scale), verified by
-    sha256 on every load.
+    store, verified by sha256 on every load.
+
+    The artifact store's location is recorded in the registry when it is created: the
+    ``artifacts`` argument, else ``DMLSEARCH_ARTIFACTS``, else a folder
+    ``dmlsearch-artifacts`` beside a SQLite file (recorded relative to it, so the pair can
+    be moved together) or in the working directory. Every later open uses the recorded
+    location, from any folder or host. An ``artifacts`` argument that differs from it wins
+    for this session only, with a warning (the same store mounted elsewhere);
+    ``DMLSEARCH_ARTIFACTS`` never overrides a recorded location. Blobs go to a folder named
+    by the registry's id inside the store, so registries sharing a store never collect each
+    other's blobs.
+
+    With ``create=False`` nothing is created: a database without a registry (or a SQLite
+    file that does not exist) raises RegistryError naming the URL. Reading commands use it.
     """
 
     def __init__(
@@ -46,10 +121,74 @@ class Registry:
         artifacts: str | None = None,
         *,
         store: RegistryStore | None = None,
+        create: bool = True,
     ) -> None:
-        self.url = url or default_registry_url()
-        self.store: RegistryStore = store if store is not None else SQLStore(self.url)
-        self.artifacts = ArtifactStore(artifacts or _artifacts_next_to(self.url))
+        if url is not None:
+            _check_str("url", url, "a database URL")
+        if artifacts is not None:
+            _check_str("artifacts", artifacts, "an artifact store location (path or URL)")
+        if store is None:
+            self.url = url or default_registry_url()
+            store = SQLStore(self.url, create=create)
+        elif url is None and isinstance(store, SQLStore):
+            self.url = store.url.render_as_string(hide_password=False)
+        else:
+            self.url = url or default_registry_url()
+        self.store: RegistryStore = store
+        try:
+            self._where = store.shown_url if isinstance(store, SQLStore) else repr(store)
+            registry_id = store.get_meta("registry_id")
+            if registry_id is None and create:
+                registry_id = store.setdefault_meta("registry_id", uuid.uuid4().hex)
+            #: The registry's id: the folder of its blobs in the artifact store.
+            self.registry_id = registry_id
+            location, hint = self._artifacts_location(artifacts, create)
+        except BaseException:
+            store.close()
+            raise
+        self.artifacts = ArtifactStore(location, namespace=registry_id)
+        self.artifacts.hint = hint
+
+    def _sqlite_folder(self) -> Path | None:
+        url = self.store.url if isinstance(self.store, SQLStore) else parse_registry_url(self.url)
+        path = sqlite_path(url)
+        return None if path is None else path.parent
+
+    def _artifacts_location(self, explicit: str | None, create: bool) -> tuple[str, str]:
+        """The store to use and the hint for "missing" messages; records it on creation."""
+        folder = self._sqlite_folder()
+        stored = self.store.get_meta("artifacts")
+        moved = "if the artifacts moved, open the registry with artifacts=NEW_LOCATION"
+        if stored is None:
+            # A new registry, or one written before locations were recorded.
+            location = _normalize(
+                explicit
+                or os.environ.get("DMLSEARCH_ARTIFACTS")
+                or str((folder or Path.cwd()) / _ARTIFACTS_FOLDER)
+            )
+            if not create:
+                #: Where the registry records its artifact store (None: not recorded).
+                self.recorded_artifacts: str | None = None
+                return location, (
+                    f"this registry does not record its artifact store (it predates that); "
+                    f"this session uses {location}; {moved}"
+                )
+            stored = self.store.setdefault_meta("artifacts", _stored_form(location, folder))
+        recorded = _normalize(stored, folder)
+        self.recorded_artifacts = recorded
+        if explicit is not None and _normalize(explicit) != recorded:
+            chosen = _normalize(explicit)
+            warnings.warn(
+                f"artifacts={explicit!r} differs from the artifact store that the registry at "
+                f"{self._where} records ({recorded}); using {chosen} for this session only",
+                UserWarning,
+                stacklevel=3,
+            )
+            return chosen, (
+                f"this session uses the artifact store {chosen} (artifacts=), but the "
+                f"registry records {recorded}"
+            )
+        return recorded, f"the registry records its artifact store at {recorded}; {moved}"
 
     def __repr__(self) -> str:
         return f"Registry({self.store!r}, artifacts={self.artifacts.url!r})"
@@ -63,9 +202,45 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- lookups with "did you mean" --------------------------------------------------------
+    def _no_experiment(self, key: str | int) -> NotFoundError:
+        names = [e.name for e in self.store.list_experiments()]
+        hint = _suggestion(key, names) if isinstance(key, str) else ""
+        return NotFoundError(f"no experiment {key!r} in {self._where}{hint}")
+
+    def _model_error(self, name: str, exc: NotFoundError) -> NotFoundError:
+        """``exc``, or one suggesting a model name when ``name`` is not a model at all."""
+        names = self.store.list_models()
+        if name in names:
+            return exc
+        hint = _suggestion(name, names) or (" (no models yet)" if not names else "")
+        return NotFoundError(f"no model {name!r} in {self._where}{hint}")
+
     # -- experiments and trials -------------------------------------------------------------
     def experiment(self, name_or_id: str | int) -> ExperimentRecord:
-        return self.store.get_experiment(name_or_id)
+        """The experiment with this name or id; NotFoundError suggests a close name."""
+        _check_experiment_key("name_or_id", name_or_id)
+        try:
+            return self.store.get_experiment(name_or_id)
+        except NotFoundError:
+            raise self._no_experiment(name_or_id) from None
+
+    def delete_experiment(self, name_or_id: str | int) -> dict[str, Any]:
+        """Delete an experiment and its trials, then the blobs nothing references any more.
+
+        Model versions registered from the experiment are kept (they are models users load;
+        their lineage still names it), so are their artifacts and every blob written in the
+        last hour (see :meth:`gc`). Returns ``{"experiment": name, "id": id, "trials": n,
+        "artifacts": [deleted blob paths]}``. Raises NotFoundError (suggesting a close name)
+        if there is no such experiment.
+        """
+        exp = self.experiment(name_or_id)
+        try:
+            n_trials = self.store.delete_experiment(exp.id)
+        except NotFoundError:  # deleted by another process meanwhile
+            raise self._no_experiment(name_or_id) from None
+        removed = self.gc()
+        return {"experiment": exp.name, "id": exp.id, "trials": n_trials, "artifacts": removed}
 
     def experiments(self) -> pd.DataFrame:
         """One row per experiment: id, name, status, created, number of trials, best value."""
@@ -92,14 +267,15 @@ class Registry:
         self, experiment: str | int, state: str | Sequence[str] | None = None
     ) -> pd.DataFrame:
         """The trials of an experiment as a DataFrame (``param_<name>`` columns)."""
-        exp = self.store.get_experiment(experiment)
+        exp = self.experiment(experiment)
         return self.store.trials_dataframe(exp.id, state=state)
 
     def leaderboard(self, experiment: str | int, k: int = 10) -> pd.DataFrame:
         """The ``k`` best completed trials, best first."""
         import pandas as pd
 
-        exp = self.store.get_experiment(experiment)
+        _check_optional_int("k", k, "a number of trials")
+        exp = self.experiment(experiment)
         rows = [
             {"number": t.number, "value": t.value, **{f"param_{n}": v for n, v in t.params.items()}}
             for t in self.store.leaderboard(exp.id, k=k)
@@ -116,7 +292,7 @@ class Registry:
         """
         import optuna
 
-        exp = self.store.get_experiment(experiment)
+        exp = self.experiment(experiment)
         trials = self.store.get_trials(exp.id)
         distributions = _infer_distributions([t.params for t in trials])
         study = optuna.create_study(
@@ -158,12 +334,18 @@ class Registry:
         """Save ``model`` as the next version of ``name``.
 
         The blob is written first, then the metadata in one transaction: a crash in
-        between leaves an unreferenced blob (removed by :meth:`gc`), never a half version.
+        between leaves an unreferenced blob (removed by :meth:`gc` after its grace period),
+        never a half version. Raises RegistryUnavailableError if the database is out of
+        reach (nothing was registered; retrying is safe).
         """
+        _check_str("name", name, "a model name")
+        _check_optional_int("trial", trial, "a trial number")
+        if experiment is not None:
+            _check_experiment_key("experiment", experiment)
         serialized = dump_model(model, allow_pickle=allow_pickle)
         links: dict[str, Any] = dict(lineage or {})
         if experiment is not None:
-            exp = self.store.get_experiment(experiment)
+            exp = self.experiment(experiment)
             links.setdefault("experiment_id", exp.id)
             links.setdefault("experiment", exp.name)
             if data_fingerprint is None:
@@ -174,7 +356,7 @@ class Registry:
             links.setdefault("data_fingerprint", data_fingerprint)
         links.setdefault("format_meta", serialized.meta)
         uri, digest = self.artifacts.put(serialized.data)
-        return self.store.create_model_version(
+        record = self.store.create_model_version(
             name,
             artifact_uri=uri,
             sha256=digest,
@@ -184,14 +366,30 @@ class Registry:
             lineage=links,
             trusted_types=serialized.trusted_types,
         )
+        if not self.artifacts.owns(digest):
+            # A gc in another process took the blob between the write and the commit
+            # (possible only past the grace period): write it again.
+            self.artifacts.put(serialized.data)
+        return record
 
     def model_version(
         self, name: str, version: int | None = None, alias: str | None = None
     ) -> ModelVersionRecord:
-        """The record of a version (latest when neither ``version`` nor ``alias`` is given)."""
-        if isinstance(name, str) and "@" in name and alias is None and version is None:
+        """The record of a version (latest when neither ``version`` nor ``alias`` is given).
+
+        ``"name@alias"`` works too. Raises NotFoundError (suggesting a close model name for
+        an unknown model) and InvalidParameterError for arguments of the wrong type.
+        """
+        _check_model_name("name", name)
+        _check_optional_int("version", version, "a version number")
+        if alias is not None:
+            _check_str("alias", alias, "an alias name")
+        if "@" in name and alias is None and version is None:
             name, alias = name.split("@", 1)
-        return self.store.get_model_version(name, version=version, alias=alias)
+        try:
+            return self.store.get_model_version(name, version=version, alias=alias)
+        except NotFoundError as exc:
+            raise self._model_error(name, exc) from None
 
     def load_model(
         self,
@@ -202,9 +400,15 @@ class Registry:
         allow_pickle: bool = False,
         module: Any = None,
     ) -> Any:
-        """Load a version; ``"name@alias"`` works too. The artifact's sha256 is verified."""
+        """Load a version; ``"name@alias"`` works too. The artifact's sha256 is verified.
+
+        Raises ArtifactIntegrityError naming the blob's full path (and where the registry
+        keeps its artifacts) if it is missing or altered.
+        """
         record = self.model_version(name, version=version, alias=alias)
-        data = self.artifacts.get(record.sha256)
+        data = self.artifacts.get(
+            record.sha256, what=f"of model {record.model!r} version {record.version}"
+        )
         serialized = Serialized(
             data,
             record.format,
@@ -214,16 +418,70 @@ class Registry:
         return load_model(serialized, allow_pickle=allow_pickle, module=module)
 
     def set_alias(self, name: str, alias: str, version: int) -> None:
-        self.store.set_alias(name, alias, version)
+        """Point ``name@alias`` at ``version`` (moving it if it pointed elsewhere)."""
+        _check_model_name("name", name)
+        _check_str("alias", alias, "an alias name")
+        _check_optional_int("version", version, "a version number")
+        try:
+            self.store.set_alias(name, alias, version)
+        except NotFoundError as exc:
+            raise self._model_error(name, exc) from None
+
+    def delete_alias(self, name: str, alias: str) -> None:
+        """Remove ``name@alias`` (the version stays); raises NotFoundError if there is none."""
+        _check_model_name("name", name)
+        _check_str("alias", alias, "an alias name")
+        try:
+            self.store.delete_alias(name, alias)
+        except NotFoundError as exc:
+            raise self._model_error(name, exc) from None
 
     def delete_version(self, name: str, version: int) -> None:
-        self.store.delete_model_version(name, version)
+        """Delete a version with its tags and aliases; its blob goes at the next :meth:`gc`."""
+        _check_model_name("name", name)
+        _check_optional_int("version", version, "a version number")
+        try:
+            self.store.delete_model_version(name, version)
+        except NotFoundError as exc:
+            raise self._model_error(name, exc) from None
 
     def models(self) -> list[str]:
+        """Names of the registered models, sorted (see :meth:`model_summaries` for more)."""
         return self.store.list_models()
 
+    def model_summaries(self) -> pd.DataFrame:
+        """One row per model: name, latest_version, versions, aliases, created, updated.
+
+        ``versions`` counts the versions, ``aliases`` maps each alias to its version,
+        ``created`` is when the model was first registered and ``updated`` when its latest
+        version was (UTC timestamps).
+        """
+        import pandas as pd
+
+        def stamp(value: float | None) -> Any:
+            return None if value is None else pd.Timestamp(value, unit="s", tz="UTC")
+
+        rows = [
+            {
+                "name": m.name,
+                "latest_version": m.latest_version,
+                "versions": m.n_versions,
+                "aliases": dict(m.aliases),
+                "created": stamp(m.created),
+                "updated": stamp(m.updated),
+            }
+            for m in self.store.model_summaries()
+        ]
+        columns = ["name", "latest_version", "versions", "aliases", "created", "updated"]
+        return pd.DataFrame(rows, columns=columns)
+
     def versions(self, name: str) -> list[ModelVersionRecord]:
-        return self.store.list_model_versions(name)
+        """Every version of ``name``, oldest first."""
+        _check_model_name("name", name)
+        try:
+            return self.store.list_model_versions(name)
+        except NotFoundError as exc:
+            raise self._model_error(name, exc) from None
 
     def search_models(
         self,
@@ -236,25 +494,68 @@ class Registry:
         limit: int = 100,
     ) -> list[ModelVersionRecord]:
         """Versions matching every filter, best ``metric`` first when one is given."""
+        if name is not None:
+            _check_model_name("name", name)
+        if metric is not None:
+            _check_str("metric", metric, "a metric name")
+        _check_optional_int("offset", offset, "an offset")
+        _check_optional_int("limit", limit, "a page size")
         return self.store.search_model_versions(
             model=name, tag=tag, metric=metric, min_value=min_value, offset=offset, limit=limit
         )
 
     def verify(self) -> dict[tuple[str, int], bool]:
         """Whether every version's artifact exists and matches its sha256."""
+        errors = self.verify_errors()
+        return {key: key not in errors for key in self._version_keys()}
+
+    def _version_keys(self) -> list[tuple[str, int]]:
+        return [
+            (model, record.version)
+            for model in self.store.list_models()
+            for record in self.store.list_model_versions(model)
+        ]
+
+    def verify_errors(self) -> dict[tuple[str, int], str]:
+        """``(model, version) -> message`` for each version whose artifact is missing or altered.
+
+        Each message names the blob's full path and where the registry keeps its artifacts.
+        Empty when everything verifies.
+        """
         out = {}
         for model in self.store.list_models():
             for record in self.store.list_model_versions(model):
-                out[(model, record.version)] = self.artifacts.verify(record.sha256)
+                problem = self.artifacts.problem(
+                    record.sha256, what=f"of model {model!r} version {record.version}"
+                )
+                if problem is not None:
+                    out[(model, record.version)] = problem
         return out
 
-    def gc(self) -> list[str]:
-        """Delete blobs no version references; returns their sha256."""
+    def gc(self, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> list[str]:
+        """Delete this registry's blobs that no version references; return their paths.
+
+        Only blobs under this registry's own folder of the artifact store are considered
+        (never another registry's, nor blobs from before namespaces), and only those
+        written more than ``grace_seconds`` ago, so a registration in flight in another
+        process keeps its blob. Temporary files of crashed writes past the grace period go
+        too. With ``dry_run`` nothing is deleted and the paths that would be are returned.
+        """
+        if not isinstance(dry_run, bool):
+            raise InvalidParameterError("dry_run", f"must be True or False, got {dry_run!r}")
+        if (
+            isinstance(grace_seconds, bool)
+            or not isinstance(grace_seconds, (int, float))
+            or not math.isfinite(grace_seconds)
+            or grace_seconds < 0
+        ):
+            raise InvalidParameterError(
+                "grace_seconds", f"must be a number of seconds >= 0, got {grace_seconds!r}"
+            )
+        if self.artifacts.namespace is None:
+            return []  # an old registry opened without upgrading: nothing is provably ours
         referenced = self.store.referenced_artifacts()
-        removed = sorted(self.artifacts.digests() - referenced)
-        for digest in removed:
-            self.artifacts.delete(digest)
-        return removed
+        return self.artifacts.collect(referenced, grace_seconds=grace_seconds, dry_run=dry_run)
 
 
 def _optuna_value(value: Any) -> Any:

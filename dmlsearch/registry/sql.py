@@ -16,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -33,23 +34,27 @@ from ._base import (
     RUNNING,
     AlreadyExistsError,
     ExperimentRecord,
+    ModelSummary,
     ModelVersionRecord,
     NotFoundError,
     RegistryError,
     RegistryStore,
+    RegistryUnavailableError,
     TrialRecord,
     now,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLStore", "default_registry_url"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Execution option that makes the SQLite 'begin' hook emit BEGIN IMMEDIATE.
 _WRITE_OPTION = "dmlsearch_write"
 # Key of the PostgreSQL advisory lock that serializes schema creation/migration.
 _MIGRATION_LOCK_KEY = 0x646D6C73  # "dmls"
-_SQLITE_BUSY_TIMEOUT_MS = 30_000
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+# Seconds a PostgreSQL connection attempt may take before the server counts as unavailable.
+_PG_CONNECT_TIMEOUT_S = 10
 # Trials per statement on PostgreSQL (arrays of this length, one per column).
 _PG_TRIAL_CHUNK = 10_000
 # Length of name columns (experiments, models, aliases, tag keys).
@@ -64,6 +69,15 @@ schema_info = sa.Table(
     "schema_info",
     metadata,
     sa.Column("version", sa.Integer, nullable=False),
+)
+
+# What the registry knows about itself: "registry_id" (names its folder in the artifact
+# store) and "artifacts" (where its artifact store is, recorded when it is created).
+registry_info = sa.Table(
+    "registry_info",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
 )
 
 experiments = sa.Table(
@@ -219,8 +233,19 @@ def _trials_upsert_postgresql() -> Any:
 _SQLITE_TRIALS_UPSERT = _trials_upsert_sqlite()
 _PG_TRIALS_UPSERT = _trials_upsert_postgresql()
 
+
+def _new_registry_id(conn: Connection) -> None:
+    conn.execute(registry_info.insert().values(key="registry_id", value=uuid.uuid4().hex))
+
+
+def _migrate_1_to_2(conn: Connection) -> None:
+    """Version 2 adds ``registry_info`` and gives the registry its id."""
+    registry_info.create(conn, checkfirst=True)
+    _new_registry_id(conn)
+
+
 # Schema upgrades: _MIGRATIONS[v] takes a database at version v to v + 1.
-_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+_MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _migrate_1_to_2}
 
 
 def default_registry_url() -> str:
@@ -261,27 +286,30 @@ def _float_or_none(x: Any) -> float | None:
 # -- SQLite connection setup ------------------------------------------------------------------
 
 
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # pysqlite's own transaction handling would BEGIN (deferred) lazily; we emit BEGIN
-    # ourselves in _sqlite_on_begin (SQLAlchemy's documented recipe).
-    dbapi_conn.isolation_level = None
-    cursor = dbapi_conn.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
-        _sqlite_enable_wal(cursor)
-        cursor.execute("PRAGMA foreign_keys = ON")
-    finally:
-        cursor.close()
+def _sqlite_on_connect(busy_timeout: float) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling would BEGIN (deferred) lazily; we emit BEGIN
+        # ourselves in _sqlite_on_begin (SQLAlchemy's documented recipe).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            _sqlite_enable_wal(cursor, busy_timeout)
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    return on_connect
 
 
-def _sqlite_enable_wal(cursor: Any) -> None:
+def _sqlite_enable_wal(cursor: Any, busy_timeout: float) -> None:
     """Switch the database to WAL (persistent, so usually a no-op).
 
     Two connections switching a new database at once can get "database is locked" at once,
     without the busy timeout being waited (measured here: 12 failures in 300 rounds of 6
     threads); retry for as long as the busy timeout would have waited.
     """
-    deadline = time.monotonic() + _SQLITE_BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + busy_timeout
     delay = 0.001
     while True:
         try:
@@ -300,31 +328,84 @@ def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def _make_engine(url: str | sa.URL, engine_kwargs: Mapping[str, Any]) -> tuple[Engine, bool]:
+def parse_registry_url(url: str | sa.URL) -> sa.URL:
+    """``url`` as a SQLAlchemy URL; raises RegistryError saying what to write instead.
+
+    A bare file name such as ``foo.db`` is not a URL: the message suggests ``sqlite:///foo.db``.
+    """
+    if isinstance(url, sa.URL):
+        return url
+    if not isinstance(url, str):
+        raise InvalidParameterError(
+            "url", f"expected a database URL (str), got {type(url).__name__} {url!r}"
+        )
+    try:
+        return sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        pass
+    path = url.strip()
+    hint = (
+        f"write sqlite:///{path} for a SQLite file (sqlite:////absolute/path.db for an "
+        "absolute path)"
+        if path and "://" not in path
+        else "write sqlite:///path/to/file.db or postgresql+psycopg://user@host/dbname"
+    )
+    raise RegistryError(f"{url!r} is not a database URL: {hint}")
+
+
+def sqlite_path(url: sa.URL) -> Path | None:
+    """The file of a SQLite URL (None for other backends and in-memory databases)."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if database in ("", ":memory:") or url.query.get("mode") == "memory":
+        return None
+    return Path(database).expanduser().resolve()
+
+
+def _make_engine(
+    url: sa.URL, engine_kwargs: Mapping[str, Any], *, busy_timeout: float, create: bool
+) -> tuple[Engine, bool]:
     """Engine for ``url``; the flag says it is an in-memory SQLite database."""
-    parsed = sa.make_url(url)
-    backend = parsed.get_backend_name()
+    backend = url.get_backend_name()
+    shown = url.render_as_string(hide_password=True)
     kwargs = dict(engine_kwargs)
-    if backend == "sqlite":
-        database = parsed.database or ""
-        memory = database in ("", ":memory:") or parsed.query.get("mode") == "memory"
-        if memory:
-            # One shared connection, else every connection would see its own empty database.
-            kwargs.setdefault("poolclass", StaticPool)
-            kwargs.setdefault("connect_args", {"check_same_thread": False})
-        else:
-            Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(parsed, **kwargs)
-        sa.event.listen(engine, "connect", _sqlite_on_connect)
-        sa.event.listen(engine, "begin", _sqlite_on_begin)
-        return engine, memory
-    if backend == "postgresql":
-        kwargs.setdefault("pool_pre_ping", True)
-        return sa.create_engine(parsed, **kwargs), False
+    try:
+        if backend == "sqlite":
+            path = sqlite_path(url)
+            memory = path is None
+            if path is None:
+                # One shared connection, else every connection would see its own empty
+                # database.
+                kwargs.setdefault("poolclass", StaticPool)
+                kwargs.setdefault("connect_args", {"check_same_thread": False})
+            elif not create and not path.exists():
+                # Connecting would create the file: a reader must not.
+                raise RegistryError(
+                    f"no registry at {shown}: {path} does not exist (run an experiment "
+                    "first, or check the URL)"
+                )
+            elif create:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(url, **kwargs)
+            sa.event.listen(engine, "connect", _sqlite_on_connect(busy_timeout))
+            sa.event.listen(engine, "begin", _sqlite_on_begin)
+            return engine, memory
+        if backend == "postgresql":
+            kwargs.setdefault("pool_pre_ping", True)
+            if "connect_timeout" not in url.query:
+                connect_args = dict(kwargs.get("connect_args", {}))
+                connect_args.setdefault("connect_timeout", _PG_CONNECT_TIMEOUT_S)
+                kwargs["connect_args"] = connect_args
+            return sa.create_engine(url, **kwargs), False
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise RegistryError(
+            f"cannot open the registry at {shown}: its database driver is not installed "
+            f"({exc}); for PostgreSQL install dmlsearch[postgres] and use postgresql+psycopg://"
+        ) from None
     raise InvalidParameterError(
         "url",
-        f"SQLStore supports sqlite:/// and postgresql+psycopg:// URLs, got {backend!r} "
-        f"({parsed.render_as_string(hide_password=True)})",
+        f"SQLStore supports sqlite:/// and postgresql+psycopg:// URLs, got {backend!r} ({shown})",
     )
 
 
@@ -333,11 +414,60 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
+def _one_line(exc: BaseException) -> str:
+    """The driver's message of a database error, on one line."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
+
+
+_SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
+
+
+def _is_unavailable(exc: BaseException, dialect: str) -> bool:
+    """Whether ``exc`` says the database is out of reach for now (worth retrying later)."""
+    if isinstance(exc, sa.exc.TimeoutError):  # no pooled connection became free
+        return True
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sa.exc.OperationalError):
+        if dialect == "sqlite":
+            message = str(exc.orig).lower()
+            return any(word in message for word in _SQLITE_UNAVAILABLE)
+        return True
+    return isinstance(exc, sa.exc.InterfaceError)
+
+
 def _check_name(param: str, value: object, max_length: int = _MAX_NAME) -> None:
     # PostgreSQL would refuse an over-long VARCHAR where SQLite stores it: refuse it on both.
     if not isinstance(value, str) or not value or len(value) > max_length:
         raise InvalidParameterError(
             param, f"must be a non-empty string of at most {max_length} characters, got {value!r}"
+        )
+
+
+def _check_experiment_key(param: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidParameterError(
+            param,
+            f"expected an experiment name (str) or id (int), got {type(value).__name__} {value!r}",
+        )
+
+
+def _check_model_args(model: object, version: object = None, alias: object = None) -> None:
+    """Refuse a wrong type before it reaches the database driver (a ProgrammingError there)."""
+    if not isinstance(model, str):
+        hint = ""
+        if isinstance(model, ModelVersionRecord):
+            hint = " (for a ModelVersionRecord, pass record.model and version=record.version)"
+        raise InvalidParameterError(
+            "model", f"expected a model name (str), got {type(model).__name__} {model!r}{hint}"
+        )
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise InvalidParameterError(
+            "version", f"expected a version number (int), got {type(version).__name__} {version!r}"
+        )
+    if alias is not None and not isinstance(alias, str):
+        raise InvalidParameterError(
+            "alias", f"expected an alias name (str), got {type(alias).__name__} {alias!r}"
         )
 
 
@@ -365,10 +495,22 @@ class SQLStore(RegistryStore):
         :func:`default_registry_url`.
     migrate : bool
         Create or upgrade the schema on open (safe when several processes open at once).
+    create : bool
+        With False, a database without the registry's tables (or a SQLite file that does
+        not exist) is refused with RegistryError instead of created: what reading commands
+        use. An older schema is still upgraded.
     max_retries : int
         Attempts at a model version before giving up (a unique-constraint race).
+    busy_timeout : float
+        Seconds a SQLite write waits for another writer's lock before raising
+        RegistryUnavailableError (default 30).
     **engine_kwargs
         Passed to :func:`sqlalchemy.create_engine` (``pool_size``, ``echo``...).
+
+    Raises RegistryError (one line, naming the URL) for a malformed URL, a missing driver,
+    a database that does not exist or cannot be reached, and with ``create=False`` an
+    empty database. Database errors that mean "unavailable for now" (connection lost, a
+    lock held past the timeout) surface as RegistryUnavailableError from every method.
 
     The object is thread-safe: each call checks a connection out of the engine's pool.
     """
@@ -378,14 +520,20 @@ class SQLStore(RegistryStore):
         url: str | sa.URL | None = None,
         *,
         migrate: bool = True,
+        create: bool = True,
         max_retries: int = 10,
+        busy_timeout: float = _SQLITE_BUSY_TIMEOUT_S,
         **engine_kwargs: Any,
     ) -> None:
         if max_retries < 1:
             raise InvalidParameterError("max_retries", f"must be >= 1, got {max_retries}")
-        self.url = sa.make_url(url if url is not None else default_registry_url())
+        if not busy_timeout >= 0:
+            raise InvalidParameterError("busy_timeout", f"must be >= 0, got {busy_timeout}")
+        self.url = parse_registry_url(url if url is not None else default_registry_url())
         self.max_retries = max_retries
-        self._engine, memory = _make_engine(self.url, engine_kwargs)
+        self._engine, memory = _make_engine(
+            self.url, engine_kwargs, busy_timeout=busy_timeout, create=create
+        )
         self._dialect = self._engine.dialect.name
         # An in-memory database is one shared connection: serialize its users.
         self._memory_lock = threading.RLock() if memory else None
@@ -397,13 +545,35 @@ class SQLStore(RegistryStore):
             self._pg_binary_upsert = re.sub(r"%\((a_\w+)\)s", r"%(\1)b", compiled)
         if migrate:
             try:
-                self.migrate()
+                self.migrate(create=create)
+            except RegistryUnavailableError as exc:
+                self._engine.dispose()
+                raise self._open_error(exc.__cause__ or exc) from None
             except BaseException:
                 self._engine.dispose()
                 raise
 
+    def _open_error(self, exc: BaseException) -> RegistryError:
+        """A one-line error for a database that could not be opened, with what to check."""
+        message = _one_line(exc)
+        if self._dialect == "postgresql" and "does not exist" in message:
+            hint = (
+                f"create it (createdb {self.url.database} or CREATE DATABASE "
+                f"{self.url.database}) or fix the URL"
+            )
+        elif self._dialect == "postgresql":
+            hint = "check that the server is running and that the URL is right"
+        else:
+            hint = "check the path and its permissions"
+        return RegistryError(f"cannot open the registry at {self.shown_url}: {message}; {hint}")
+
+    @property
+    def shown_url(self) -> str:
+        """The URL with its password hidden (what messages show)."""
+        return self.url.render_as_string(hide_password=True)
+
     def __repr__(self) -> str:
-        return f"SQLStore({self.url.render_as_string(hide_password=True)!r})"
+        return f"SQLStore({self.shown_url!r})"
 
     @property
     def engine(self) -> Engine:
@@ -414,15 +584,26 @@ class SQLStore(RegistryStore):
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
-        """One transaction; commits on success, rolls back on any exception."""
+        """One transaction; commits on success, rolls back on any exception.
+
+        An error that means the database is unavailable for now becomes
+        RegistryUnavailableError (naming the URL).
+        """
         guard: AbstractContextManager[Any] = (
             self._memory_lock if self._memory_lock is not None else nullcontext()
         )
-        with guard, self._engine.connect() as conn:
-            if write:
-                conn.execution_options(**{_WRITE_OPTION: True})
-            with conn.begin():
-                yield conn
+        try:
+            with guard, self._engine.connect() as conn:
+                if write:
+                    conn.execution_options(**{_WRITE_OPTION: True})
+                with conn.begin():
+                    yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            if _is_unavailable(exc, self._dialect):
+                raise RegistryUnavailableError(
+                    f"the registry at {self.shown_url} is unavailable: {_one_line(exc)}"
+                ) from exc
+            raise
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which has ``on_conflict_do_update``/``do_nothing``."""
@@ -430,10 +611,11 @@ class SQLStore(RegistryStore):
             return postgresql.insert(table)
         return sqlite.insert(table)
 
-    def migrate(self) -> int:
+    def migrate(self, *, create: bool = True) -> int:
         """Create the tables, or upgrade them, to :data:`SCHEMA_VERSION`; return it.
 
-        Raises RegistryError if the database was written by a newer dmlsearch.
+        Raises RegistryError if the database was written by a newer dmlsearch, or (with
+        ``create=False``) if it has no registry tables at all.
         """
         with self._transaction(write=True) as conn:
             if self._dialect == "postgresql":
@@ -450,9 +632,16 @@ class SQLStore(RegistryStore):
                     f"the registry at {self!r} has schema version {current}, newer than this "
                     f"dmlsearch understands ({SCHEMA_VERSION}); upgrade dmlsearch"
                 )
+            if current is None and not create:
+                raise RegistryError(
+                    f"no registry at {self.shown_url}: the database has no dmlsearch tables "
+                    "(reading never creates a registry; run an experiment first, or check "
+                    "the URL)"
+                )
             if current is None:
                 metadata.create_all(conn, checkfirst=True)
                 conn.execute(schema_info.insert().values(version=SCHEMA_VERSION))
+                _new_registry_id(conn)
             elif current < SCHEMA_VERSION:
                 for version in range(current, SCHEMA_VERSION):
                     _MIGRATIONS[version](conn)
@@ -469,6 +658,47 @@ class SQLStore(RegistryStore):
 
     def close(self) -> None:
         self._engine.dispose()
+
+    # -- registry metadata -----------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        _check_name("key", key, 64)
+        with self._transaction(write=False) as conn:
+            # A database opened without migrating may predate the table.
+            if not sa.inspect(conn).has_table(registry_info.name):
+                return None
+            value = conn.execute(
+                sa.select(registry_info.c.value).where(registry_info.c.key == key)
+            ).scalar()
+        return None if value is None else str(value)
+
+    def setdefault_meta(self, key: str, value: str) -> str:
+        _check_name("key", key, 64)
+        if not isinstance(value, str):
+            raise InvalidParameterError("value", f"must be a string, got {value!r}")
+        with self._transaction(write=True) as conn:
+            if not sa.inspect(conn).has_table(registry_info.name):
+                raise RegistryError(
+                    f"the registry at {self.shown_url} has schema version "
+                    f"{self._current_version(conn)}; open it with migrate=True to upgrade it"
+                )
+            conn.execute(
+                self._insert(registry_info)
+                .values(key=key, value=value)
+                .on_conflict_do_nothing(index_elements=[registry_info.c.key])
+            )
+            return str(
+                conn.execute(
+                    sa.select(registry_info.c.value).where(registry_info.c.key == key)
+                ).scalar_one()
+            )
+
+    @staticmethod
+    def _current_version(conn: Connection) -> int | None:
+        if not sa.inspect(conn).has_table(schema_info.name):
+            return None
+        value = conn.execute(sa.select(sa.func.max(schema_info.c.version))).scalar()
+        return None if value is None else int(value)
 
     # -- experiments -----------------------------------------------------------------------
 
@@ -514,6 +744,7 @@ class SQLStore(RegistryStore):
         return self._experiment(row)
 
     def get_experiment(self, name_or_id: str | int) -> ExperimentRecord:
+        _check_experiment_key("name_or_id", name_or_id)
         column = experiments.c.name if isinstance(name_or_id, str) else experiments.c.id
         with self._transaction(write=False) as conn:
             row = conn.execute(sa.select(experiments).where(column == name_or_id)).one_or_none()
@@ -533,6 +764,22 @@ class SQLStore(RegistryStore):
             )
             if result.rowcount == 0:
                 raise NotFoundError(f"no experiment with id {experiment_id!r}")
+
+    def delete_experiment(self, name_or_id: str | int) -> int:
+        _check_experiment_key("name_or_id", name_or_id)
+        column = experiments.c.name if isinstance(name_or_id, str) else experiments.c.id
+        with self._transaction(write=True) as conn:
+            experiment_id = conn.execute(
+                sa.select(experiments.c.id).where(column == name_or_id)
+            ).scalar()
+            if experiment_id is None:
+                raise NotFoundError(f"no experiment {name_or_id!r}")
+            # Explicit, rather than relying on ON DELETE CASCADE being enforced.
+            n_trials = conn.execute(
+                trials.delete().where(trials.c.experiment_id == experiment_id)
+            ).rowcount
+            conn.execute(experiments.delete().where(experiments.c.id == experiment_id))
+        return int(n_trials)
 
     @staticmethod
     def _require_experiment(conn: Connection, experiment_id: int) -> None:
@@ -688,6 +935,7 @@ class SQLStore(RegistryStore):
 
     @staticmethod
     def _model_id(conn: Connection, model: str) -> int:
+        _check_model_args(model)
         model_id = conn.execute(sa.select(models.c.id).where(models.c.name == model)).scalar()
         if model_id is None:
             raise NotFoundError(f"no model {model!r}")
@@ -695,6 +943,7 @@ class SQLStore(RegistryStore):
 
     @staticmethod
     def _version_id(conn: Connection, model: str, version: int) -> int:
+        _check_model_args(model, version)
         version_id = conn.execute(
             sa.select(model_versions.c.id)
             .join(models, models.c.id == model_versions.c.model_id)
@@ -827,6 +1076,7 @@ class SQLStore(RegistryStore):
     def get_model_version(
         self, model: str, version: int | None = None, alias: str | None = None
     ) -> ModelVersionRecord:
+        _check_model_args(model, version, alias)
         if version is not None and alias is not None:
             raise InvalidParameterError(
                 "alias", f"give a version or an alias, not both ({version!r}, {alias!r})"
@@ -863,6 +1113,42 @@ class SQLStore(RegistryStore):
     def list_models(self) -> list[str]:
         with self._transaction(write=False) as conn:
             return list(conn.execute(sa.select(models.c.name).order_by(models.c.name)).scalars())
+
+    def model_summaries(self) -> list[ModelSummary]:
+        per_model = (
+            sa.select(
+                model_versions.c.model_id,
+                sa.func.max(model_versions.c.version).label("latest"),
+                sa.func.count().label("n"),
+                sa.func.max(model_versions.c.created).label("updated"),
+            )
+            .group_by(model_versions.c.model_id)
+            .subquery()
+        )
+        query = (
+            sa.select(models.c.id, models.c.name, models.c.created, per_model)
+            .outerjoin(per_model, per_model.c.model_id == models.c.id)
+            .order_by(models.c.name)
+        )
+        alias_query = sa.select(aliases.c.model_id, aliases.c.alias, model_versions.c.version).join(
+            model_versions, model_versions.c.id == aliases.c.version_id
+        )
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(query).all()
+            found: dict[int, dict[str, int]] = {}
+            for model_id, alias, version in conn.execute(alias_query):
+                found.setdefault(int(model_id), {})[alias] = int(version)
+        return [
+            ModelSummary(
+                name=r.name,
+                latest_version=None if r.latest is None else int(r.latest),
+                n_versions=int(r.n or 0),
+                aliases=dict(sorted(found.get(int(r.id), {}).items())),
+                created=float(r.created),
+                updated=None if r.updated is None else float(r.updated),
+            )
+            for r in rows
+        ]
 
     def search_model_versions(
         self,
@@ -924,6 +1210,7 @@ class SQLStore(RegistryStore):
             )
 
     def delete_alias(self, model: str, alias: str) -> None:
+        _check_model_args(model, alias=alias)
         with self._transaction(write=True) as conn:
             model_id = self._model_id(conn, model)
             result = conn.execute(

@@ -648,6 +648,99 @@ class StoreContract:
         version.metrics["m"] = 2.0
         assert store.get_model_version("clf").metrics == {"m": 1.0}
 
+    def test_model_summaries(self, store: RegistryStore) -> None:
+        assert store.model_summaries() == []
+        before = time.time()
+        for _ in range(3):
+            _version(store, "b")
+        _version(store, "a")
+        store.set_alias("b", "champion", 2)
+        store.set_alias("b", "latest", 3)
+        store.delete_model_version("a", 1)
+        summaries = store.model_summaries()
+        assert [s.name for s in summaries] == ["a", "b"]
+        a, b = summaries
+        # A model whose versions were all deleted is still listed, with none.
+        assert (a.latest_version, a.n_versions, a.aliases, a.updated) == (None, 0, {}, None)
+        assert (b.latest_version, b.n_versions) == (3, 3)
+        assert b.aliases == {"champion": 2, "latest": 3}
+        assert before - 1 <= b.created <= time.time() + 1
+        assert b.updated == store.get_model_version("b").created
+        # The snapshot is the caller's.
+        b.aliases["x"] = 1
+        assert store.model_summaries()[1].aliases == {"champion": 2, "latest": 3}
+
+    # -- deleting experiments ----------------------------------------------------------------
+
+    def test_delete_experiment(self, store: RegistryStore) -> None:
+        gone = store.create_experiment("gone")
+        kept = store.create_experiment("kept")
+        store.record_trials(gone.id, [make_trial(gone.id, n) for n in range(5)])
+        store.record_trials(kept.id, [make_trial(kept.id, n) for n in range(3)])
+        version = _version(store, lineage={"experiment_id": gone.id, "experiment": "gone"})
+        assert store.delete_experiment("gone") == 5
+        with pytest.raises(NotFoundError, match="gone"):
+            store.get_experiment("gone")
+        with pytest.raises(NotFoundError):
+            store.get_experiment(gone.id)
+        with pytest.raises(NotFoundError):
+            store.get_trials(gone.id)
+        # Another experiment's trials and the versions registered from it stay.
+        assert store.count_trials(kept.id) == 3
+        assert store.get_model_version("clf") == version
+        assert [e.name for e in store.list_experiments()] == ["kept"]
+        assert store.experiment_summaries() == {kept.id: (3, 0.6)}
+        with pytest.raises(NotFoundError):
+            store.delete_experiment("gone")
+        # The name can be used again, under a new id (the old one is never reused).
+        again = store.create_experiment("gone")
+        assert again.id not in (gone.id, kept.id)
+        assert store.count_trials(again.id) == 0
+        assert store.delete_experiment(again.id) == 0
+        with pytest.raises(NotFoundError):
+            store.delete_experiment(10_000)
+
+    # -- metadata and argument types -------------------------------------------------------
+
+    def test_meta(self, store: RegistryStore) -> None:
+        assert store.get_meta("contract") is None
+        assert store.setdefault_meta("contract", "first") == "first"
+        assert store.setdefault_meta("contract", "second") == "first"
+        assert store.get_meta("contract") == "first"
+        with pytest.raises(InvalidParameterError):
+            store.setdefault_meta("", "x")
+
+    def test_meta_setdefault_is_atomic(self, store: RegistryStore) -> None:
+        n = 4
+        barrier = threading.Barrier(n)
+
+        def claim(index: int) -> str:
+            barrier.wait(timeout=30)
+            return store.setdefault_meta("owner", f"thread-{index}")
+
+        with ThreadPoolExecutor(n) as pool:
+            results = list(pool.map(claim, range(n)))
+        assert len(set(results)) == 1
+        assert store.get_meta("owner") == results[0]
+
+    def test_wrong_argument_types(self, store: RegistryStore) -> None:
+        record = _version(store)
+        with pytest.raises(InvalidParameterError, match="model") as info:
+            store.get_model_version(record)  # type: ignore[arg-type]
+        assert "record.model" in str(info.value)
+        with pytest.raises(InvalidParameterError, match="version"):
+            store.get_model_version("clf", version="1")  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="model"):
+            store.list_model_versions(["clf"])  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="model"):
+            store.delete_model_version(record, 1)  # type: ignore[arg-type]
+        exp = store.create_experiment("exp")
+        with pytest.raises(InvalidParameterError, match="name_or_id"):
+            store.get_experiment(exp)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="name_or_id"):
+            store.delete_experiment(1.0)  # type: ignore[arg-type]
+        assert store.get_experiment("exp") == exp
+
     # -- threads ---------------------------------------------------------------------------
 
     def test_one_store_many_threads(self, store: RegistryStore) -> None:

@@ -1,0 +1,398 @@
+"""Registry lifecycle: gc namespaces and grace, the recorded artifact store, opening without
+creating, deleting experiments, model summaries, and wrong argument types."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from sklearn.linear_model import LogisticRegression
+
+from dmlsearch import InvalidParameterError, Registry
+from dmlsearch.registry import (
+    ArtifactIntegrityError,
+    NotFoundError,
+    RegistryError,
+    SQLStore,
+    TrialRecord,
+)
+from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
+
+PG = os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[np.ndarray, list[LogisticRegression]]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = (X[:, 0] > 0).astype(int)
+    return X, [LogisticRegression(C=c).fit(X, y) for c in (0.1, 1.0, 10.0)]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'reg.db'}"
+    else:
+        with postgres_schema(PG) as scoped:
+            yield scoped
+
+
+def _age(path: str | Path, seconds: float) -> None:
+    """Make a file look ``seconds`` old."""
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+def _blob_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+# -- gc: namespaces, grace period, dry run ------------------------------------------------
+
+
+def test_gc_never_deletes_another_registrys_blob(tmp_path, models, monkeypatch):
+    """Issue 14: two SQLite registries in one folder shared one store; a.gc() lost b's model."""
+    X, (m1, *_) = models
+    monkeypatch.chdir(tmp_path)
+    a = Registry("sqlite:///a.db")
+    b = Registry("sqlite:///b.db")
+    assert a.artifacts.root == b.artifacts.root == str(tmp_path / "dmlsearch-artifacts")
+    assert a.registry_id != b.registry_id
+    record = b.register_model("m", m1)
+    for blob in _blob_files(tmp_path / "dmlsearch-artifacts"):
+        _age(blob, 7200)  # past any grace period: only the namespace protects it
+    assert a.gc() == []
+    assert a.gc(grace_seconds=0) == []
+    np.testing.assert_array_equal(b.load_model("m").predict(X), m1.predict(X))
+    assert b.verify() == {("m", record.version): True}
+    a.close()
+    b.close()
+
+
+def test_gc_grace_period_and_dry_run(url, tmp_path, models):
+    X, (m1, m2, _) = models
+    with Registry(url, str(tmp_path / "store")) as reg:
+        kept = reg.register_model("m", m1)
+        dropped = reg.register_model("m", m2)
+        reg.delete_version("m", dropped.version)
+        # A blob written by a registration still in flight: no version references it yet.
+        _, in_flight = reg.artifacts.put(b"a model about to be registered")
+        assert reg.gc() == []  # everything is younger than an hour
+        for blob in _blob_files(tmp_path / "store"):
+            _age(blob, 7200)
+        _, fresh = reg.artifacts.put(b"another registration in flight")
+        would = reg.gc(dry_run=True)
+        assert sorted(Path(p).name for p in would) == sorted([dropped.sha256, in_flight])
+        assert reg.artifacts.exists(dropped.sha256) and reg.artifacts.exists(in_flight)
+        removed = reg.gc()
+        assert sorted(removed) == sorted(would)
+        assert all(Path(p).is_absolute() and not Path(p).exists() for p in removed)
+        assert reg.artifacts.exists(fresh)  # within the grace period
+        assert reg.artifacts.exists(kept.sha256)
+        np.testing.assert_array_equal(reg.load_model("m", version=1).predict(X), m1.predict(X))
+        with pytest.raises(InvalidParameterError, match="grace_seconds"):
+            reg.gc(grace_seconds=-1)
+
+
+def test_reregistering_an_old_unreferenced_blob_protects_it(tmp_path):
+    """Registration refreshes an existing blob, so a gc in between cannot take it."""
+    weights = {"w": [1.0, 2.0]}  # pickled to the same bytes every time
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as reg:
+        first = reg.register_model("m", weights, allow_pickle=True)
+        reg.delete_version("m", first.version)
+        path = Path(first.artifact_uri)
+        _age(path, 7200)
+        again = reg.register_model("m", weights, allow_pickle=True)
+        assert again.sha256 == first.sha256
+        assert time.time() - path.stat().st_mtime < 60
+        assert reg.gc() == []
+        assert reg.load_model("m", allow_pickle=True) == weights
+
+
+def test_gc_collects_temporary_files_of_crashed_writes(tmp_path):
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as reg:
+        uri, _ = reg.artifacts.put(b"x")
+        tmp = Path(f"{uri}.tmp-{'0' * 32}")
+        tmp.write_bytes(b"partial")
+        assert reg.gc() == []
+        _age(tmp, 7200)
+        _age(uri, 7200)
+        assert sorted(reg.gc()) == sorted([uri, str(tmp)])
+
+
+# -- older registries ---------------------------------------------------------------------
+
+
+def _make_legacy(url: str, store_dir: Path, model: LogisticRegression) -> str:
+    """A registry as dmlsearch wrote it before namespaces: schema 1, blobs at <root>/xx/sha."""
+    with Registry(url, str(store_dir)) as reg:
+        record = reg.register_model("m", model)
+        namespaced = Path(record.artifact_uri)
+        legacy = store_dir / record.sha256[:2] / record.sha256
+        legacy.parent.mkdir(parents=True)
+        shutil.move(namespaced, legacy)
+        with reg.store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.execute(sa.text("DROP TABLE registry_info"))
+            conn.execute(sa.text("UPDATE schema_info SET version = 1"))
+            conn.execute(sa.text("UPDATE model_versions SET artifact_uri = :u"), {"u": str(legacy)})
+    return record.sha256
+
+
+def test_registry_from_an_older_version_still_loads(url, tmp_path, models):
+    X, (m1, m2, _) = models
+    store_dir = tmp_path / "shared-store"
+    digest = _make_legacy(url, store_dir, m1)
+    # Reading without creating works on the old schema and finds the old blob.
+    with Registry(url, str(store_dir), create=False) as reader:
+        np.testing.assert_array_equal(reader.load_model("m").predict(X), m1.predict(X))
+    with Registry(url, str(store_dir)) as reg:
+        assert reg.store.schema_version() == 2  # type: ignore[attr-defined]
+        assert reg.registry_id is not None
+        np.testing.assert_array_equal(reg.load_model("m").predict(X), m1.predict(X))
+        assert reg.verify() == {("m", 1): True}
+        reg.register_model("m", m2)
+        reg.delete_version("m", 1)
+        # A blob of the old shared layout may belong to any registry: never collected.
+        assert reg.gc(grace_seconds=0) == []
+        assert (store_dir / digest[:2] / digest).exists()
+        np.testing.assert_array_equal(reg.load_model("m").predict(X), m2.predict(X))
+
+
+# -- where the artifacts are --------------------------------------------------------------
+
+
+def test_postgres_registry_finds_its_artifacts_from_another_folder(tmp_path, models, monkeypatch):
+    """Issue 15 item 7: the store is recorded at creation, not taken from the working folder."""
+    X, (m1, *_) = models
+    monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    with postgres_schema(PG) as scoped:
+        monkeypatch.chdir(first)
+        with Registry(scoped) as reg:
+            reg.register_model("m", m1)
+            recorded = reg.recorded_artifacts
+        assert recorded == str(first / "dmlsearch-artifacts")
+        monkeypatch.chdir(second)
+        with Registry(scoped, create=False) as reader:
+            assert reader.artifacts.root == recorded
+            assert reader.verify() == {("m", 1): True}
+            np.testing.assert_array_equal(reader.load_model("m").predict(X), m1.predict(X))
+        # DMLSEARCH_ARTIFACTS only chooses the store of a registry being created.
+        monkeypatch.setenv("DMLSEARCH_ARTIFACTS", str(second / "elsewhere"))
+        with Registry(scoped) as reg:
+            assert reg.artifacts.root == recorded
+
+
+def test_explicit_artifacts_that_disagree_win_for_the_session_with_a_warning(tmp_path, models):
+    X, (m1, *_) = models
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with Registry(url) as reg:
+        record = reg.register_model("m", m1)
+    mounted = tmp_path / "mounted-elsewhere"
+    shutil.copytree(tmp_path / "dmlsearch-artifacts", mounted)
+    with (
+        pytest.warns(UserWarning, match="for this session only"),
+        Registry(url, str(mounted)) as reg,
+    ):
+        assert reg.artifacts.root == str(mounted)
+        assert reg.recorded_artifacts == str(tmp_path / "dmlsearch-artifacts")
+        np.testing.assert_array_equal(reg.load_model("m").predict(X), m1.predict(X))
+    # The recorded location is unchanged; the same location given explicitly is silent.
+    with Registry(url, str(tmp_path / "dmlsearch-artifacts")) as reg:
+        assert reg.store.get_meta("artifacts") == "dmlsearch-artifacts"
+        assert reg.load_model("m", version=record.version) is not None
+
+
+def test_sqlite_registry_moved_with_its_artifacts_still_loads(tmp_path, models):
+    X, (m1, *_) = models
+    old, new = tmp_path / "old", tmp_path / "new"
+    with Registry(f"sqlite:///{old / 'r.db'}") as reg:
+        reg.register_model("m", m1)
+    shutil.move(old, new)
+    with Registry(f"sqlite:///{new / 'r.db'}", create=False) as reg:
+        assert reg.artifacts.root == str(new / "dmlsearch-artifacts")
+        np.testing.assert_array_equal(reg.load_model("m").predict(X), m1.predict(X))
+
+
+def test_missing_artifact_names_its_path_and_the_store(url, tmp_path, models):
+    _, (m1, *_) = models
+    with Registry(url, str(tmp_path / "store")) as reg:
+        record = reg.register_model("clf", m1)
+        Path(record.artifact_uri).unlink()
+        with pytest.raises(ArtifactIntegrityError) as info:
+            reg.load_model("clf")
+        message = str(info.value)
+        assert record.artifact_uri in message
+        assert "model 'clf' version 1" in message
+        assert f"records its artifact store at {tmp_path / 'store'}" in message
+        assert "artifacts=" in message
+        errors = reg.verify_errors()
+        assert list(errors) == [("clf", 1)]
+        assert record.artifact_uri in errors[("clf", 1)]
+        assert reg.verify() == {("clf", 1): False}
+
+
+# -- opening: reading never creates; clear errors for bad URLs ---------------------------
+
+
+def test_reading_does_not_create_a_postgres_registry():
+    with postgres_schema(PG) as scoped:
+        with pytest.raises(RegistryError, match="no registry at postgresql") as info:
+            Registry(scoped, create=False)
+        assert "\n" not in str(info.value)
+        engine = sa.create_engine(scoped)
+        try:
+            with engine.connect() as conn:
+                assert sa.inspect(conn).get_table_names() == []
+        finally:
+            engine.dispose()
+        with Registry(scoped) as reg:  # creating is still the default
+            assert reg.experiments().empty
+        with Registry(scoped, create=False) as reg:
+            assert reg.models() == []
+
+
+def test_reading_does_not_create_a_sqlite_file(tmp_path):
+    path = tmp_path / "sub" / "none.db"
+    with pytest.raises(RegistryError, match="does not exist"):
+        Registry(f"sqlite:///{path}", create=False)
+    assert not path.parent.exists()
+
+
+def test_a_postgres_database_that_does_not_exist_is_one_line():
+    url = sa.make_url(PG).set(database="dmlsearch_no_such_db")
+    shown = url.render_as_string(hide_password=False)
+    with pytest.raises(RegistryError) as info:
+        Registry(shown)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "dmlsearch_no_such_db" in message and "does not exist" in message
+    assert "CREATE DATABASE dmlsearch_no_such_db" in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_a_file_name_is_not_a_url():
+    with pytest.raises(RegistryError, match=r"write sqlite:///foo\.db") as info:
+        Registry("foo.db")
+    assert "\n" not in str(info.value)
+    with pytest.raises(RegistryError, match="not a database URL"):
+        SQLStore("foo.db")
+
+
+# -- deleting experiments -----------------------------------------------------------------
+
+
+def test_delete_experiment(url, tmp_path, models):
+    X, (m1, m2, _) = models
+    with Registry(url, str(tmp_path / "store")) as reg:
+        for name in ("failed-run", "other"):
+            exp = reg.store.create_experiment(name)
+            reg.store.record_trials(
+                exp.id, [TrialRecord(exp.id, n, "complete", {}, {}, value=0.5) for n in range(4)]
+            )
+        from_failed = reg.register_model("best", m1, experiment="failed-run")
+        reg.register_model("other-best", m2, experiment="other")
+        # An orphan blob (a crashed registration) past the grace period, and a fresh one.
+        _, orphan = reg.artifacts.put(b"orphan")
+        _age(reg.artifacts.locate(orphan) or "", 7200)
+        _, fresh = reg.artifacts.put(b"in flight")
+        with pytest.raises(NotFoundError, match="did you mean 'failed-run'"):
+            reg.delete_experiment("failed-rn")
+        summary = reg.delete_experiment("failed-run")
+        assert summary["experiment"] == "failed-run"
+        assert summary["trials"] == 4
+        assert [Path(p).name for p in summary["artifacts"]] == [orphan]
+        with pytest.raises(NotFoundError):
+            reg.experiment("failed-run")
+        assert list(reg.experiments()["name"]) == ["other"]
+        assert len(reg.trials("other")) == 4
+        # Model versions (and so their blobs) are kept, whichever experiment they came from.
+        assert reg.model_version("best").lineage["experiment"] == "failed-run"
+        np.testing.assert_array_equal(reg.load_model("best").predict(X), m1.predict(X))
+        assert reg.verify() == {("best", 1): True, ("other-best", 1): True}
+        assert reg.artifacts.exists(fresh)
+        assert from_failed.version == 1
+        # The name is free again.
+        reg.store.create_experiment("failed-run")
+        assert reg.delete_experiment("failed-run")["trials"] == 0
+        with pytest.raises(NotFoundError):
+            reg.delete_experiment(10_000)
+
+
+# -- models: summaries, aliases, versions, "did you mean" ---------------------------------
+
+
+def test_model_summaries_and_deleting_aliases_and_versions(url, tmp_path, models):
+    _, (m1, m2, m3) = models
+    with Registry(url, str(tmp_path / "store")) as reg:
+        assert list(reg.model_summaries().columns) == [
+            "name",
+            "latest_version",
+            "versions",
+            "aliases",
+            "created",
+            "updated",
+        ]
+        for m in (m1, m2, m3):
+            reg.register_model("clf", m)
+        reg.register_model("reg", m1)
+        reg.set_alias("clf", "champion", 2)
+        reg.set_alias("clf", "challenger", 3)
+        frame = reg.model_summaries()
+        assert list(frame["name"]) == ["clf", "reg"]
+        clf = frame.iloc[0]
+        assert (clf["latest_version"], clf["versions"]) == (3, 3)
+        assert clf["aliases"] == {"challenger": 3, "champion": 2}
+        assert str(clf["created"].tz) == "UTC"
+        reg.delete_alias("clf", "challenger")
+        assert reg.model_version("clf", version=3).aliases == []
+        with pytest.raises(NotFoundError, match="no alias 'challenger'"):
+            reg.delete_alias("clf", "challenger")
+        reg.delete_version("clf", 3)
+        assert [v.version for v in reg.versions("clf")] == [1, 2]
+        assert reg.model_summaries().iloc[0]["latest_version"] == 2
+        assert reg.models() == ["clf", "reg"]  # still bare names, as before
+        for call in (
+            lambda: reg.load_model("clff"),
+            lambda: reg.model_version("clff@champion"),
+            lambda: reg.delete_alias("clff", "champion"),
+            lambda: reg.delete_version("clff", 1),
+            lambda: reg.set_alias("clff", "x", 1),
+            lambda: reg.versions("clff"),
+        ):
+            with pytest.raises(NotFoundError, match=r"no model 'clff'.*did you mean 'clf'"):
+                call()
+        with pytest.raises(NotFoundError, match="no version 9 of model 'clf'"):
+            reg.delete_version("clf", 9)
+
+
+def test_wrong_types_are_refused_with_what_to_pass(tmp_path, models):
+    _, (m1, *_) = models
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as reg:
+        record = reg.register_model("clf", m1)
+        with pytest.raises(InvalidParameterError, match="name") as info:
+            reg.load_model(record)  # type: ignore[arg-type]
+        assert "load_model(record.model, version=record.version)" in str(info.value)
+        assert info.value.param == "name"
+        with pytest.raises(InvalidParameterError, match="version"):
+            reg.load_model("clf", version="1")  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="alias"):
+            reg.set_alias("clf", 1, 1)  # type: ignore[arg-type]
+        exp = reg.store.create_experiment("e")
+        with pytest.raises(InvalidParameterError, match=r"record\.name or record\.id"):
+            reg.trials(exp)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="experiment"):
+            reg.register_model("clf", m1, experiment=1.5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="url"):
+            Registry(Path("x.db"))  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="dry_run"):
+            reg.gc(dry_run="yes")  # type: ignore[arg-type]
