@@ -15,7 +15,7 @@ from ..exceptions import InvalidParameterError
 from ._base import ExperimentRecord, ModelVersionRecord, NotFoundError, RegistryStore
 from .artifacts import ArtifactStore
 from .formats import Serialized, dump_model, load_model
-from .sql import SQLStore, default_registry_url, parse_registry_url, sqlite_path
+from .sql import SQLStore, default_registry_url, sqlite_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -150,8 +150,10 @@ class Registry:
         self.artifacts.hint = hint
 
     def _sqlite_folder(self) -> Path | None:
-        url = self.store.url if isinstance(self.store, SQLStore) else parse_registry_url(self.url)
-        path = sqlite_path(url)
+        """The folder of a SQLite database file (None for other stores)."""
+        if not isinstance(self.store, SQLStore):
+            return None
+        path = sqlite_path(self.store.url)
         return None if path is None else path.parent
 
     def _artifacts_location(self, explicit: str | None, create: bool) -> tuple[str, str]:
