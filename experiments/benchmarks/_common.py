@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-import dask
 import psutil
 from distributed import Client
 
@@ -179,28 +178,99 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     sys.stdout.flush()
 
 
-def print_header(title: str, argv: Sequence[str], n_workers: int | str = 2) -> None:
-    import dask_ml
-    import distributed
-    import joblib
-    import numpy
-    import optuna
-    import sklearn
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), or what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (the machine may be shared)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f} (1/5/15 min)"
+
+
+def _versions() -> str:
+    import importlib
+
+    names = [
+        ("dmlsearch", "dmlsearch"),
+        ("dask", "dask"),
+        ("distributed", "distributed"),
+        ("scikit-learn", "sklearn"),
+        ("joblib", "joblib"),
+        ("dask-ml", "dask_ml"),
+        ("optuna", "optuna"),
+        ("numpy", "numpy"),
+        ("SQLAlchemy", "sqlalchemy"),
+    ]
+    out = []
+    for label, module in names:
+        try:
+            out.append(f"{label} {importlib.import_module(module).__version__}")
+        except ImportError:
+            out.append(f"{label} (not installed)")
+    return ", ".join(out)
+
+
+def source_state(package_dir: str) -> str:
+    """``package_dir`` with the git commit it is at and how many of its files differ from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(
+            ["git", "-C", package_dir, *args], capture_output=True, text=True, check=False
+        )
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    snapshot = os.path.join(os.path.dirname(package_dir), "SNAPSHOT")
+    if os.path.exists(snapshot):  # a tree exported with `git archive`, see docs/benchmarks.md
+        with open(snapshot, encoding="utf-8") as f:
+            return f"{package_dir} ({f.read().strip()})"
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return f"{package_dir} (not a git checkout)"
+    changed = [ln for ln in git("status", "--porcelain", "--", ".").splitlines() if ln]
+    return f"{package_dir} (git HEAD {head}, {len(changed)} uncommitted change(s) under it)"
+
+
+def header_lines(title: str, argv: Sequence[str]) -> list[str]:
+    """The header every raw results file starts with: command, date, machine, load."""
     import dmlsearch
 
-    print(f"== {title}")
-    print(f"command: python {' '.join(argv)}")
-    print(f"date: {datetime.datetime.now().isoformat(timespec='seconds')}")
-    print(
-        f"host: {platform.machine()}, {os.cpu_count()} logical CPUs, "
-        f"{psutil.virtual_memory().total / 2**30:.1f} GiB RAM, Python {platform.python_version()}"
-    )
-    print(
-        f"versions: dmlsearch {dmlsearch.__version__}, dask {dask.__version__}, distributed "
-        f"{distributed.__version__}, scikit-learn {sklearn.__version__}, joblib "
-        f"{joblib.__version__}, dask-ml {dask_ml.__version__}, optuna {optuna.__version__}, "
-        f"numpy {numpy.__version__}"
-    )
-    print(CLUSTER_NOTE.format(n=n_workers))
+    return [
+        f"== {title}",
+        f"command: python {' '.join(argv)}",
+        f"date: {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"host: {platform.machine()}, {os.cpu_count()} logical CPUs ({cpu_model()}), "
+        f"{psutil.virtual_memory().total / 2**30:.1f} GiB RAM, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}",
+        f"versions: {_versions()}",
+        f"dmlsearch imported from: {source_state(os.path.dirname(dmlsearch.__file__))}",
+        f"load average at start: {load_average()} on {os.cpu_count()} CPUs "
+        "(the machine is shared with other jobs)",
+    ]
+
+
+def print_header(title: str, argv: Sequence[str], n_workers: int | str | None = 2) -> None:
+    """Print :func:`header_lines` (and the cluster used, unless ``n_workers`` is None)."""
+    for line in header_lines(title, argv):
+        print(line)
+    if n_workers is not None:
+        print(CLUSTER_NOTE.format(n=n_workers))
+    sys.stdout.flush()
+
+
+def print_footer() -> None:
+    """The load average at the end of a run (paired with the header's)."""
+    print(f"load average at end: {load_average()}")
     sys.stdout.flush()

@@ -11,7 +11,9 @@ What is measured
     (b) scikit-learn ``GridSearchCV(n_jobs=-1)`` under joblib's Dask backend;
     (c) dask-ml ``GridSearchCV(scheduler=client)``;
     (d) closure: 16 ``client.submit`` of a function that captures X and y;
-    (e) dmlsearch ``SearchCV(strategy="grid", cv=KFold(2))``.
+    (e) dmlsearch ``SearchCV(strategy="grid", cv=KFold(2))``;
+    (f) (e) with ``dashboard=False``;
+    (g) (e) after the workers imported ``optuna`` (untimed): isolates that import.
 
     Each (approach, repeat) runs in a fresh child process of this script (``--only NAME``)
     that connects to the parent's cluster and loads the data the parent generated once
@@ -29,6 +31,8 @@ Rerun
     python experiments/benchmarks/large_data.py            # 500,000 rows, 3 repeats
     python experiments/benchmarks/large_data.py --quick    # 20,000 rows, 1 repeat
     python experiments/benchmarks/large_data.py --approaches ae   # the reference and dmlsearch
+    python experiments/benchmarks/large_data.py --cold --rows 300000 --approaches aefg
+        # cold cluster: a fresh cluster per run; f and g isolate suspects (see docs)
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from _common import (
     PeakRSS,
     local_cluster,
     median,
+    print_footer,
     print_header,
     print_table,
     quiet_warnings,
@@ -72,6 +77,8 @@ APPROACHES = {
     "c": "(c) dask-ml GridSearchCV",
     "d": "(d) closure capturing X, y",
     "e": "(e) dmlsearch SearchCV grid",
+    "f": "(f) dmlsearch, dashboard=False",
+    "g": "(g) dmlsearch, optuna pre-imported",
 }
 
 
@@ -125,7 +132,9 @@ def run_closure(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
     return list(scores)
 
 
-def run_dmlsearch(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+def run_dmlsearch(
+    client: Client, X: np.ndarray, y: np.ndarray, dashboard: bool = True
+) -> list[float]:
     import dmlsearch
 
     search = dmlsearch.SearchCV(
@@ -137,9 +146,29 @@ def run_dmlsearch(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
         client=client,
         random_state=0,
         progress=False,
+        dashboard=dashboard,
     )
     search.fit(X, y)
     return list(search.cv_results_["mean_test_score"])
+
+
+def run_dmlsearch_no_dashboard(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    return run_dmlsearch(client, X, y, dashboard=False)
+
+
+def _import_optuna() -> int:
+    import sys
+
+    before = len(sys.modules)
+    import optuna  # noqa: F401
+
+    return len(sys.modules) - before
+
+
+# Untimed preparation an approach does once its cluster is up (cold runs: isolates a suspect).
+PREPARE: dict[str, Callable[[Client], Any]] = {
+    "g": lambda client: client.run(_import_optuna),
+}
 
 
 RUNNERS: dict[str, Callable[[Client, np.ndarray, np.ndarray], list[float]]] = {
@@ -148,7 +177,18 @@ RUNNERS: dict[str, Callable[[Client, np.ndarray, np.ndarray], list[float]]] = {
     "c": run_dask_ml,
     "d": run_closure,
     "e": run_dmlsearch,
+    "f": run_dmlsearch_no_dashboard,
+    "g": run_dmlsearch,
 }
+DRIVER_MODULES = (
+    "dmlsearch.search",
+    "dmlsearch.runner",
+    "dmlsearch.dashboard",
+    "dmlsearch.strategies",
+    "sklearn.linear_model",
+    "sklearn.model_selection",
+    "sklearn.metrics",
+)
 
 
 # -- peak RSS and CPU time of the workers and the scheduler -------------------------------
@@ -179,24 +219,45 @@ def _stop_sampler(dask_worker: Any = None, dask_scheduler: Any = None) -> tuple[
 
 
 # -- child: one approach, one repeat --------------------------------------------------------
-def child(name: str, scheduler: str, data_dir: str) -> dict[str, Any]:
-    import dask_ml.model_selection  # noqa: F401  (imports are not part of the timing)
-    import joblib  # noqa: F401
+def child(name: str, scheduler: str | None, data_dir: str) -> dict[str, Any]:
+    """One timed run; ``scheduler=None``: a cold run on a fresh cluster of its own."""
+    import importlib
+    from contextlib import suppress
 
-    import dmlsearch  # noqa: F401
+    import joblib  # noqa: F401  (imports are not part of the timing)
 
+    for module in DRIVER_MODULES:  # the driver's imports, before the clock (dmlsearch's are lazy)
+        importlib.import_module(module)
+    with suppress(ImportError):
+        importlib.import_module("dask_ml.model_selection")
     quiet_warnings()
+    if scheduler is None:
+        with local_cluster(N_WORKERS) as client:
+            client.wait_for_workers(N_WORKERS)
+            return _measure(name, client, data_dir, warm=False)
     client = Client(scheduler)
     client.wait_for_workers(N_WORKERS)
+    try:
+        return _measure(name, client, data_dir, warm=True)
+    finally:
+        client.close()
+
+
+def _measure(name: str, client: Client, data_dir: str, warm: bool) -> dict[str, Any]:
     X = np.load(Path(data_dir) / "X.npy")
     y = np.load(Path(data_dir) / "y.npy")
-    RUNNERS[name](client, X[:2000].copy(), y[:2000].copy())  # untimed warm-up (lazy imports)
+    if warm:
+        RUNNERS[name](client, X[:2000].copy(), y[:2000].copy())  # untimed warm-up (lazy imports)
+    if name in PREPARE:
+        PREPARE[name](client)
     gc.collect()
     time.sleep(0.2)
     before = client.run(_start_sampler)
     sched_before = client.run_on_scheduler(_start_sampler)
+    modules = set(sys.modules)
     with PeakRSS(0.02) as mem, timer() as t:
         scores = RUNNERS[name](client, X, y)
+    driver_imports = sorted(set(sys.modules) - modules)
     peaks = client.run(_stop_sampler)
     sched_peak = client.run_on_scheduler(_stop_sampler)[0]
     gc.collect()
@@ -212,13 +273,18 @@ def child(name: str, scheduler: str, data_dir: str) -> dict[str, Any]:
         "worker_after_mb": sum(worker_rss_mb(client)),
         "best_alpha": float(ALPHAS[best]),
         "best_score": float(scores[best]),
+        "driver_imports": driver_imports,
     }
-    client.close()
     return result
 
 
-def run_child(name: str, scheduler: str, data_dir: str) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--only", name, "--scheduler", scheduler, "--data", data_dir]
+def _names(modules: list[str]) -> str:
+    return ", ".join(modules[:6]) + (f" and {len(modules) - 6} more" if len(modules) > 6 else "")
+
+
+def run_child(name: str, scheduler: str | None, data_dir: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--only", name, "--data", data_dir]
+    cmd += ["--cold"] if scheduler is None else ["--scheduler", scheduler]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -236,17 +302,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument(
         "--approaches",
-        default="".join(RUNNERS),
-        help="letters of the approaches to run (default all; (a) always runs: it is the reference)",
+        default="abcde",
+        help="letters of the approaches to run (default abcde; (a) always runs: it is the "
+        "reference; f and g are dmlsearch variants that isolate a cold-start suspect)",
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="cold cluster: every run starts a fresh 2-worker LocalCluster in its driver "
+        "process (not timed; the driver's imports are done first) and has no warm-up run",
     )
     parser.add_argument("--only", choices=sorted(RUNNERS), help="child mode: one approach")
     parser.add_argument("--scheduler", help="child mode: scheduler address")
     parser.add_argument("--data", help="child mode: folder with X.npy and y.npy")
     args = parser.parse_args(argv)
     if args.only:
-        if not (args.scheduler and args.data):
-            parser.error("--only needs --scheduler and --data (the parent passes them)")
-        print("RESULT " + json.dumps(child(args.only, args.scheduler, args.data)), flush=True)
+        if not (args.data and (args.scheduler or args.cold)):
+            parser.error("--only needs --data and --scheduler or --cold (the parent passes them)")
+        scheduler = None if args.cold else args.scheduler
+        print("RESULT " + json.dumps(child(args.only, scheduler, args.data)), flush=True)
         return 0
 
     rows = args.rows or (20_000 if args.quick else 500_000)
@@ -262,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"workload: X {rows:,} x {N_FEATURES} float64 ({X.nbytes / MB:.0f} MB), y binary; "
         f"16 x SGDClassifier(alpha, max_iter=5, tol=None), cv=KFold(2), no refit; "
-        f"repeats={repeats}; each run in a fresh child process on the shared cluster"
+        f"repeats={repeats}; each run in a fresh child process "
+        + (
+            "that starts a fresh 2-worker cluster (COLD: no warm-up run, workers have "
+            "imported nothing; the driver's imports are done before the clock)"
+            if args.cold
+            else "on the shared cluster"
+        )
     )
     with tempfile.TemporaryDirectory(prefix="dmlsearch-bench-") as data_dir:
         np.save(Path(data_dir) / "X.npy", X)
@@ -271,22 +351,31 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         chosen = ["a", *(k for k in RUNNERS if k in args.approaches and k != "a")]
         results: dict[str, list[dict[str, Any]]] = {k: [] for k in chosen}
-        with local_cluster(N_WORKERS) as client:
-            warm_up(client, N_WORKERS)
-            address = client.scheduler.address
-            names = chosen
+
+        def one_pass(address: str | None, r: int) -> None:
+            # Rotate the order so no approach always runs first on a fresh allocator.
+            for name in chosen[r % len(chosen) :] + chosen[: r % len(chosen)]:
+                res = run_child(name, address, data_dir)
+                results[name].append(res)
+                print(
+                    f"  repeat {r + 1}/{repeats}  {APPROACHES[name]:<36} {res['wall']:7.2f} s"
+                    f"  driver +{res['driver_peak_mb']:7.1f} MB  workers "
+                    f"+{res['worker_peak_mb']:7.1f} MB  after {res['worker_after_mb']:7.1f} MB"
+                    f"  driver imported in the timed run: {_names(res['driver_imports'])}",
+                    flush=True,
+                )
+
+        if args.cold:
             for r in range(repeats):
-                # Rotate the order so no approach always runs first on a fresh allocator.
-                for name in names[r % len(names) :] + names[: r % len(names)]:
-                    res = run_child(name, address, data_dir)
-                    results[name].append(res)
-                    print(
-                        f"  repeat {r + 1}/{repeats}  {APPROACHES[name]:<32} {res['wall']:7.2f} s"
-                        f"  driver +{res['driver_peak_mb']:7.1f} MB  workers "
-                        f"+{res['worker_peak_mb']:7.1f} MB  after {res['worker_after_mb']:7.1f} MB",
-                        flush=True,
-                    )
-            final_workers = worker_rss_mb(client)
+                one_pass(None, r)
+            final_workers: list[float] = []
+        else:
+            with local_cluster(N_WORKERS) as client:
+                warm_up(client, N_WORKERS)
+                address = str(getattr(client.scheduler, "address", ""))
+                for r in range(repeats):
+                    one_pass(address, r)
+                final_workers = worker_rss_mb(client)
     for name in chosen:
         warned = sorted({ln.strip() for res in results[name] for ln in res["stderr"]})
         for line in warned:
@@ -313,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{last['best_score']:.4f}",
             ]
         )
-    print(f"\n-- large data: medians of {repeats} repeat(s); memory in MB")
+    mode = "COLD cluster (fresh per run)" if args.cold else "warm shared cluster"
+    print(f"\n-- large data, {mode}: medians of {repeats} repeat(s); memory in MB")
     print_table(
         [
             "approach",
@@ -335,8 +425,17 @@ def main(argv: list[str] | None = None) -> int:
         "workers after = sum of worker RSS after the approach, futures released (last "
         "repeat); scheduler peak + likewise for the scheduler; worker CPU s = CPU seconds "
         "each worker used during the approach (last repeat); workers at the end: "
-        f"{', '.join(f'{m:.0f}' for m in final_workers)} MB"
+        f"{', '.join(f'{m:.0f}' for m in final_workers) or '-'} MB"
     )
+    ref_runs = [res["wall"] for res in results["a"]]
+    for name in chosen[1:]:
+        ratios = [res["wall"] / a for res, a in zip(results[name], ref_runs, strict=False)]
+        listed = ", ".join(f"{x:.2f}" for x in ratios)
+        print(
+            f"{APPROACHES[name]} / (a), run by run in the same repeat: {listed}; "
+            f"median {median(ratios):.2f}"
+        )
+    print_footer()
     return 0
 
 

@@ -10,6 +10,9 @@ and prints the median time ratio.
 
     python experiments/benchmarks/registry_writes.py [--n 10000] [--trials 1000] [--repeats 3] [--part 1|2]
 
+The output starts with the header of ``_common.print_header`` (command, date, machine,
+versions, load average) and part 2 prints the ratio of every repeat, not only the medians.
+
 PostgreSQL is taken from ``DMLSEARCH_TEST_POSTGRES`` (default: the CI server at
 127.0.0.1:5432, database ``test``); each run uses a private schema that is dropped after.
 """
@@ -19,12 +22,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 import warnings
 
 import numpy as np
+from _common import print_footer, print_header
 from distributed import Client
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
@@ -118,6 +123,9 @@ def part2(n_trials: int, repeats: int) -> None:
                 times[mode].append(time.perf_counter() - t0)
                 print(f"  repeat {r + 1}/{repeats}  {mode:<7} {times[mode][-1]:6.2f} s")
     base, rec = statistics.median(times["none"]), statistics.median(times["sqlite"])
+    paired = [s / n for s, n in zip(times["sqlite"], times["none"], strict=True)]
+    listed = ", ".join(f"{x:.3f}" for x in paired)
+    print(f"sqlite/none in each repeat: {listed}; median {statistics.median(paired):.3f}")
     print(
         f"median  none {base:.2f} s ({n_trials / base:.1f} trials/s)  sqlite {rec:.2f} s "
         f"({n_trials / rec:.1f} trials/s)  sqlite/none time ratio {rec / base:.3f}"
@@ -132,7 +140,12 @@ if __name__ == "__main__":
     parser.add_argument("--part", type=int, choices=(1, 2), help="run one part only")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
+    print_header(
+        "registry writes", ["experiments/benchmarks/registry_writes.py", *sys.argv[1:]], None
+    )
+    print("cluster (part 2): dmlsearch.testing.local_cluster(2)")
     if args.part in (None, 1):
         part1(args.n, args.repeats)
     if args.part in (None, 2):
         part2(args.trials, args.repeats)
+    print_footer()
