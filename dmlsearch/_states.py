@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["COMPLETE", "FAILED", "STOPPED", "TIMEOUT"]
+__all__ = ["CANCELLED", "COMPLETE", "FAILED", "STOPPED", "TIMEOUT"]
 
 #: Ran to the end and scored.
 COMPLETE = "complete"
@@ -12,3 +12,5 @@ FAILED = "failed"
 TIMEOUT = "timeout"
 #: Still running when the time budget ran out, and stopped.
 STOPPED = "stopped"
+#: Cancelled by its source before it ended (a scheduler stopping a poor trial, say).
+CANCELLED = "cancelled"

@@ -37,7 +37,7 @@ from ._scoring import Scoring, resolve_scoring
 from ._validation import check_space_names
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
-from .registry import FormatError, Registry, as_registry
+from .registry import FormatError, Registry, RegistryError, as_registry
 from .runner import DaskRunner, cluster_shape, resolve_client
 from .space import as_space, describe_value
 from .strategies import Strategy, make_strategy
@@ -386,6 +386,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                             "total": strategy.total,
                             "n_splits": n_splits,
                             "metric": primary,
+                            # The scorer's name, as `dmlsearch show` names the metric.
+                            "scoring": self.scoring if isinstance(self.scoring, str) else None,
                             "resume": self.resume,
                         },
                     )
@@ -586,15 +588,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             if key.startswith(("mean_test_", "std_test_")):
                 metrics[key] = float(values[self.best_index_])
         try:
-            self.model_version_ = recorder.registry.register_model(
-                recorder.name,
+            # Retries a briefly unavailable registry; a finished search never fails here.
+            self.model_version_ = recorder.register_model(
                 self.best_estimator_,
                 metrics=metrics,
-                experiment=recorder.experiment_id,
                 trial=self.trials_[self.best_index_].number,
                 signature=input_signature(X),
             )
-        except FormatError as exc:
+        except (FormatError, RegistryError) as exc:
             warnings.warn(f"best_estimator_ was not registered: {exc}", UserWarning, stacklevel=3)
 
     def _finish(

@@ -799,6 +799,11 @@ def malformed_structure(draw: Any) -> tuple[str, list[str]]:
     if not paths:  # every "key" mutation landed on a mapping a later one replaced
         _delete(data, "name")
         paths.append("name")
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and "address" in cluster and "local" not in cluster:
+        # An address is malformed only beside `local`: deleting `local` too would leave a
+        # valid file (a cluster given by its address), so keep `local`.
+        cluster["local"] = copy.deepcopy(VALID["cluster"]["local"])
     return dump(data), paths
 
 

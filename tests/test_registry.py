@@ -229,7 +229,8 @@ def test_resume_with_a_changed_space_is_refused(client, data, tmp_path):
         search({"C": [0.5, 1.0, 10.0]}, resume=True).fit(X, y)
     assert info.value.param == "resume"
     with Registry(url) as registry:
-        assert registry.experiment("g").status == "interrupted"
+        # A refused resume leaves the experiment as it was.
+        assert registry.experiment("g").status == "complete"
         assert len(registry.trials("g")) == 3
 
 

@@ -193,3 +193,19 @@ def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
     assert "unguarded.py, line 7" in last
     # One error, not hundreds of lines of multiprocessing bootstrapping failures.
     assert len(proc.stderr.splitlines()) < 30
+
+
+def test_units_report_progress_and_a_source_can_cancel_one(client):
+    from dmlsearch.testing.units import PruningSource, SteppingKind
+
+    source = PruningSource(n=3, steps=4, seconds=0.3, victim=1, at_step=1)
+    loop = WorkLoop(client, SteppingKind(), source, name="pruning", max_units_in_flight=3)
+    t0 = time.monotonic()
+    stats = loop.run()
+    elapsed = time.monotonic() - t0
+    # Intermediate reports reached the source, by unit.
+    assert {(0, 0), (1, 0), (1, 1), (2, 0)} <= set(source.reports)
+    # The victim was recorded once, as cancelled; the others ran to the end.
+    assert source.results == {0: 4, 1: -1, 2: 4}
+    assert stats.recorded == 3
+    assert elapsed < 30

@@ -26,7 +26,8 @@ def start_local_cluster(
     """Worker processes on 127.0.0.1, a dashboard on a free port, the worker profiler off.
 
     The profiler samples every thread every 10 ms and costs about a third of the
-    throughput of tiny trials (docs/benchmarks.md). The embedded default, the CLI's local
+    throughput of tiny trials (docs/benchmarks.md). A task that kills two workers is
+    given up (``allowed-failures: 1``). The embedded default, the CLI's local
     cluster, the tests and the benchmarks all start their clusters here. ``cluster_kwargs``
     (``memory_limit``, say) go to :class:`distributed.LocalCluster` and override these
     defaults.
@@ -38,7 +39,13 @@ def start_local_cluster(
         "silence_logs": logging.ERROR,
         **cluster_kwargs,
     }
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
+    settings = {
+        "distributed.worker.profile.enabled": False,
+        # A task that kills the worker running it is given up after two deaths (Dask's
+        # default waits for four); each death risks a nanny that fails to restart.
+        "distributed.scheduler.allowed-failures": 1,
+    }
+    with dask.config.set(settings):
         return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
 
 

@@ -128,7 +128,7 @@ class DaskRunner:
         policy = UnitPolicy(
             max_retries=self.max_retries,
             timeout=self.trial_timeout,
-            report_starts=self.trial_timeout is not None,
+            report_starts=True,
             timeout_name="trial_timeout",
         )
         max_units = self.max_concurrent_trials
@@ -149,7 +149,9 @@ class DaskRunner:
         loop: WorkLoop[TrialSpec, TrialOutcome] = WorkLoop(
             self.client,
             TrialKind(data, context, policy),
-            StrategySource(strategy, seed, on_outcome, skip=skip, observer=observer),
+            StrategySource(
+                strategy, seed, on_outcome, skip=skip, observer=observer, estimator=context.estimator
+            ),
             max_units_in_flight=max_units,
             target_task_seconds=self.target_task_seconds,
             poll_interval=self.poll_interval,

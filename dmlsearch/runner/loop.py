@@ -33,11 +33,11 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
-from .._states import FAILED, STOPPED, TIMEOUT
+from .._states import CANCELLED, FAILED, STOPPED, TIMEOUT
 from ..exceptions import DmlsearchError, NoWorkersError
 from ..progress import NullProgress
 from ._batching import AdaptiveBatcher
-from .reports import ReportStream, report
+from .reports import ReportStream, report, reporting_to, wire_id
 from .units import DONE, WAIT, Unit, UnitKind, UnitSource
 
 __all__ = ["FAILED", "STOPPED", "TIMEOUT", "RunStats", "WorkLoop"]
@@ -45,6 +45,9 @@ __all__ = ["FAILED", "STOPPED", "TIMEOUT", "RunStats", "WorkLoop"]
 logger = logging.getLogger("dmlsearch")
 
 _LOST = (KilledWorker, CommClosedError, FutureCancelledError, OSError)
+
+#: Losses of the cluster's copy of the shared data a unit may suffer without being charged.
+_FREE_LOSSES = 3
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -55,9 +58,16 @@ def execute(
     topic: str | None,
     *args: Any,
 ) -> Sequence[Any]:
-    """The task every unit runs in: announce the start, then call the kind's function."""
+    """The task every unit runs in: announces its start and its end around the kind's function.
+
+    The end report tells the driver that a task lost later (its result went with its
+    worker before the driver gathered it) did not crash that worker.
+    """
     report(topic, "started")
-    return function(*args)
+    with reporting_to(topic):
+        result = function(*args)
+    report(topic, "done")
+    return result
 
 
 @dataclass
@@ -81,6 +91,7 @@ class _Task(Generic[P]):
     started: float | None = None
     worker: str | None = None
     deadline: float | None = None
+    done: bool = False
 
 
 class WorkLoop(Generic[P, R]):
@@ -131,6 +142,7 @@ class WorkLoop(Generic[P, R]):
         self._finished: queue.Queue[Future] = queue.Queue()
         self._retry: deque[Unit[P]] = deque()
         self._retries: dict[Hashable, int] = {}
+        self._free_losses: dict[Hashable, int] = {}
         self._recorded: set[Hashable] = set()
         self._exhausted = False
         self._waiting = False
@@ -315,9 +327,10 @@ class WorkLoop(Generic[P, R]):
             self._record(unit, self.kind.failed(unit, state, error))
 
     def _lost(self, task: _Task[P], reason: str, killed: bool = False) -> None:
-        if killed and len(task.units) == 1:
-            # Dask already ran it on `allowed-failures` workers that all died: the unit
-            # itself crashes its worker (native crash, out of memory).
+        innocent = self._innocent(task)
+        if killed and len(task.units) == 1 and not innocent:
+            # Dask already ran it on `allowed-failures` workers that all died while it ran:
+            # the unit itself crashes its worker (native crash, out of memory).
             unit = task.units[0]
             self._record_failed(
                 unit,
@@ -329,6 +342,11 @@ class WorkLoop(Generic[P, R]):
         # Several units shared the task: retry each alone.
         for unit in task.units:
             if unit.id in self._recorded:
+                continue
+            if innocent and self._free_losses.get(unit.id, 0) < _FREE_LOSSES:
+                self._free_losses[unit.id] = self._free_losses.get(unit.id, 0) + 1
+                self.stats.resubmitted_trials += 1
+                self._retry.append(unit)
                 continue
             count = self._retries.get(unit.id, 0) + 1
             self._retries[unit.id] = count
@@ -343,6 +361,31 @@ class WorkLoop(Generic[P, R]):
             else:
                 self.stats.resubmitted_trials += 1
                 self._retry.append(unit)
+
+    def _innocent(self, task: _Task[P]) -> bool:
+        """Whether a lost task cannot have caused its loss, so it is not charged a retry.
+
+        A task is suspect when it was running on a worker that is gone. One that was
+        still queued, had ended (its result went with the worker), or was running on a
+        worker that is alive was lost with something else: typically another unit crashed
+        its worker, or every worker in turn. Without a start report, only a cluster-wide
+        loss of the shared data clears it.
+        """
+        if task.done:
+            return True  # it ended; only its result was lost
+        if task.started is None or task.worker is None:
+            # Never reported a start: it was queued (innocent), unless reports are off.
+            if self._reports is not None and self._reports.subscribed:
+                return True
+            return self._shared_lost()
+        try:
+            alive = set(self.client.nthreads())
+        except Exception:  # cannot tell: charge it, as before start reports
+            return False
+        return task.worker in alive
+
+    def _shared_lost(self) -> bool:
+        return any(f.status != "finished" for f in self._shared_futures)
 
     def _handle(self, fut: Future) -> None:
         task = self._inflight.pop(fut)
@@ -385,13 +428,53 @@ class WorkLoop(Generic[P, R]):
         now = time.monotonic()
         for msg in messages:
             task = by_key.get(str(msg.get("key")))
-            if task is None or msg.get("kind") != "started":
+            if task is None:
+                continue
+            if msg.get("kind") == "done":
+                task.done = True
+                continue
+            if msg.get("kind") == "progress":
+                self._progress_report(task, msg)
+                continue
+            if msg.get("kind") != "started":
                 continue
             # A rerun after a worker loss reports again: the clock restarts with it.
             task.started = now
+            task.done = False
             task.worker = str(msg.get("worker") or "") or None
             if self.policy.timeout is not None:
                 task.deadline = now + self._allowance(len(task.units))
+
+    def _progress_report(self, task: _Task[P], msg: dict[str, Any]) -> None:
+        wanted = wire_id(msg.get("unit"))
+        for unit in task.units:
+            if unit.id not in self._recorded and wire_id(unit.id) == wanted:
+                self.source.reported(unit, msg)
+                return
+
+    def cancel(self, unit_id: Hashable, reason: str = "cancelled by its source") -> bool:
+        """Record the unit ``unit_id`` as cancelled and stop its task if nothing else runs in it.
+
+        Returns False if the unit is not waiting or in flight (already recorded, unknown).
+        A running task keeps its thread until the unit returns (Dask cannot stop a thread);
+        its result is then ignored.
+        """
+        if unit_id in self._recorded:
+            return False
+        for unit in list(self._retry):
+            if unit.id == unit_id:
+                self._retry.remove(unit)
+                self._record_failed(unit, CANCELLED, reason)
+                return True
+        for fut, task in list(self._inflight.items()):
+            for unit in task.units:
+                if unit.id == unit_id:
+                    self._record_failed(unit, CANCELLED, reason)
+                    if all(u.id in self._recorded for u in task.units):
+                        del self._inflight[fut]
+                        fut.cancel()
+                    return True
+        return False
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -477,10 +560,14 @@ class WorkLoop(Generic[P, R]):
                             f"{self.name}: the policy waits for results but nothing is running"
                         )
                     break
-                for fut in self._wait_for_results():
+                done = self._wait_for_results()
+                # Starts first: a loss is judged by where its task was running.
+                self._read_reports()
+                for fut in done:
                     if fut in self._inflight:  # a given-up task may still report
                         self._handle(fut)
-                self._read_reports()
+                for unit_id in self.source.cancellations():
+                    self.cancel(unit_id)
                 if self.policy.timeout is not None:
                     self._check_deadlines()
                 if self._stopping and self.budget_policy == "stop":

@@ -9,11 +9,14 @@ topic. Nothing is sent when a run does not ask for reports.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
+import threading
+from collections.abc import Hashable, Iterator
 from typing import Any
 
-__all__ = ["ReportStream", "report"]
+__all__ = ["ReportStream", "report", "report_progress", "reporting_to", "wire_id"]
 
 logger = logging.getLogger("dmlsearch")
 
@@ -36,6 +39,35 @@ def report(topic: str | None, kind: str, **fields: Any) -> None:
         return
 
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def reporting_to(topic: str | None) -> Iterator[None]:
+    """On a worker: route :func:`report_progress` calls made in this thread to ``topic``."""
+    previous = getattr(_local, "topic", None)
+    _local.topic = topic
+    try:
+        yield
+    finally:
+        _local.topic = previous
+
+
+def report_progress(unit: Hashable, **fields: Any) -> None:
+    """From inside a kind's task function: tell the run's source something about ``unit``.
+
+    ``fields`` must be msgpack-serialisable (numbers, strings, lists, dicts): an
+    intermediate score, an epoch, a rank's progress. The source hears it through
+    :meth:`UnitSource.reported`. A no-op outside a run's task.
+    """
+    report(getattr(_local, "topic", None), "progress", unit=unit, **fields)
+
+
+def wire_id(unit_id: Any) -> str:
+    """A unit id as it compares after a trip through msgpack (tuples come back as lists)."""
+    return json.dumps(unit_id, sort_keys=True, default=str)
+
+
 class ReportStream:
     """On the driver: the reports of one run, read without blocking from the loop.
 
@@ -48,6 +80,10 @@ class ReportStream:
         self.topic = topic
         self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._subscribed = False
+
+    @property
+    def subscribed(self) -> bool:
+        return self._subscribed
 
     def subscribe(self) -> None:
         try:

@@ -11,6 +11,7 @@ import numpy as np
 
 from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec, run_trials
 from .._states import COMPLETE
+from .._validation import CandidateCache, check_candidate
 from ..strategies import Strategy
 from .units import DONE, Unit, UnitKind, UnitPolicy, UnitSource, _Signal
 
@@ -79,6 +80,7 @@ class StrategySource(UnitSource[TrialSpec, TrialOutcome]):
         *,
         skip: set[int] | frozenset[int] = frozenset(),
         observer: Any = None,
+        estimator: Any = None,
     ) -> None:
         self.strategy = strategy
         self.seed = seed
@@ -87,6 +89,8 @@ class StrategySource(UnitSource[TrialSpec, TrialOutcome]):
         self.observer = observer
         self.next_number = 0
         self.failed = 0
+        self.estimator = estimator
+        self._shapes: CandidateCache = {}
 
     @property
     def total(self) -> int | None:
@@ -107,6 +111,10 @@ class StrategySource(UnitSource[TrialSpec, TrialOutcome]):
         params = self.strategy.ask(number)
         if params is None:
             return DONE
+        if self.estimator is not None:
+            # On the driver, before dispatch: an unknown parameter name is the user's to fix
+            # (cached by the candidate's shape, so it costs nothing per trial).
+            check_candidate(self.estimator, params, self._shapes)
         self.next_number += 1
         return Unit(number, TrialSpec(number, params, trial_seed(self.seed, number)))
 

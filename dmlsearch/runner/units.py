@@ -51,7 +51,9 @@ class UnitPolicy:
     past it (plus ``grace``) the task is given up and, if ``restart_stuck_worker``, the
     worker still running it is restarted.
     ``batchable``: cheap units may be packed several to a task.
-    ``report_starts``: tasks announce when they start (needed for ``timeout``).
+    ``report_starts``: tasks announce when they start and where (a small message per task;
+    needed for ``timeout``, and to tell a unit that crashed its worker from the units lost
+    with it).
     ``timeout_name``: what the user set, for messages (``trial_timeout``).
     """
 
@@ -60,7 +62,7 @@ class UnitPolicy:
     grace: float = 5.0
     restart_stuck_worker: bool = True
     batchable: bool = True
-    report_starts: bool = False
+    report_starts: bool = True
     timeout_name: str = "timeout"
 
     def __post_init__(self) -> None:
@@ -157,6 +159,17 @@ class UnitSource(abc.ABC, Generic[P, R]):
 
     def submitted(self, units: list[Unit[P]]) -> None:
         """Hears that ``units`` were just sent to the cluster."""
+
+    def reported(self, unit: Unit[P], message: dict[str, Any]) -> None:
+        """Hears what a running unit reported (``report_progress`` on the worker)."""
+
+    def cancellations(self) -> list[Hashable]:
+        """Ids of units to cancel now (asked after each batch of results and reports).
+
+        A cancelled unit is recorded once, with the kind's ``failed(unit, "cancelled",
+        ...)``; its task is cancelled when no other unit of it is still running.
+        """
+        return []
 
     def failed_count(self) -> int:
         """How many recorded units failed (for progress)."""

@@ -6,12 +6,20 @@ They live in the package (not in tests/) so that worker processes can unpickle t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from ..runner.reports import report_progress
 from ..runner.units import DONE, WAIT, Unit, UnitKind, UnitPolicy, UnitSource, _Signal
 
-__all__ = ["PowerKind", "WaveSource", "power_units"]
+__all__ = [
+    "PowerKind",
+    "PruningSource",
+    "SteppingKind",
+    "WaveSource",
+    "power_units",
+    "stepping_units",
+]
 
 
 def power_units(
@@ -86,3 +94,66 @@ class WaveSource(UnitSource[tuple[int, float], tuple[int, int]]):
         self.record_calls += 1
         self.results[result[0]] = result[1]
         return float(result[1])
+
+
+def stepping_units(
+    payloads: list[tuple[int, int, float]], start_by: Any, stop_by: Any
+) -> list[tuple[int, int]]:
+    """For each ``(x, steps, seconds)``: report each step to the driver, sleeping between."""
+    out = []
+    for x, steps, seconds in payloads:
+        for step in range(steps):
+            report_progress(x, step=step)
+            time.sleep(seconds)
+        out.append((x, steps))
+    return out
+
+
+class SteppingKind(UnitKind[tuple[int, int, float], tuple[int, int]]):
+    """Units that report progress as they go (a stand-in for intermediate scores)."""
+
+    name = "stepping"
+
+    def function(self) -> Callable[..., Sequence[tuple[int, int]]]:
+        return stepping_units
+
+    def result_id(self, result: tuple[int, int]) -> int:
+        return result[0]
+
+    def failed(self, unit: Unit[tuple[int, int, float]], state: str, error: str) -> tuple[int, int]:
+        return (unit.payload[0], -1)
+
+
+class PruningSource(UnitSource[tuple[int, int, float], tuple[int, int]]):
+    """Proposes units ``0..n-1``; cancels unit ``victim`` once it reports step ``at_step``."""
+
+    def __init__(self, n: int, steps: int, seconds: float, victim: int, at_step: int) -> None:
+        self.n, self.steps, self.seconds = n, steps, seconds
+        self.victim, self.at_step = victim, at_step
+        self.proposed = 0
+        self.reports: list[tuple[int, int]] = []
+        self.results: dict[int, int] = {}
+        self._cancel: list[int] = []
+
+    def propose(self) -> Unit[tuple[int, int, float]] | _Signal:
+        if self.proposed >= self.n:
+            return DONE
+        x = self.proposed
+        self.proposed += 1
+        return Unit(x, (x, self.steps, self.seconds))
+
+    def reported(self, unit: Unit[tuple[int, int, float]], message: dict[str, Any]) -> None:
+        self.reports.append((unit.id, int(message["step"])))  # type: ignore[arg-type]
+        if unit.id == self.victim and message["step"] >= self.at_step:
+            self._cancel.append(unit.id)
+
+    def cancellations(self) -> list[Hashable]:
+        out: list[Hashable] = list(self._cancel)
+        self._cancel.clear()
+        return out
+
+    def record(
+        self, unit: Unit[tuple[int, int, float]], result: tuple[int, int], retries: int
+    ) -> None:
+        self.results[result[0]] = result[1]
+        return None
