@@ -1,0 +1,49 @@
+"""Ensembles whose members are fitted on a Dask cluster, through the runner's one loop.
+
+* :class:`BaggingClassifier`, :class:`BaggingRegressor`: each member is a unit of work;
+  the data is scattered once and each member's rows and features are drawn on its worker
+  from its own seed, so results do not depend on the cluster or the batching.
+* :class:`StackingClassifier`, :class:`StackingRegressor`: each (base estimator x fold)
+  fit, and each base estimator's refit on all rows, is a unit; one fold assignment.
+
+See docs/ensembles.md. Worker processes import only :mod:`dmlsearch.ensemble._members`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._members import MemberFitError
+
+__all__ = [
+    "BaggingClassifier",
+    "BaggingRegressor",
+    "MemberFitError",
+    "StackingClassifier",
+    "StackingRegressor",
+]
+
+_LAZY = {
+    "BaggingClassifier": ".bagging",
+    "BaggingRegressor": ".bagging",
+    "StackingClassifier": ".stacking",
+    "StackingRegressor": ".stacking",
+}
+
+if TYPE_CHECKING:
+    from .bagging import BaggingClassifier, BaggingRegressor
+    from .stacking import StackingClassifier, StackingRegressor
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dmlsearch.ensemble' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

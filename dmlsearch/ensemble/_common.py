@@ -1,0 +1,81 @@
+"""Parameter checks and helpers shared by the ensemble estimators (driver side)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import InvalidParameterError
+
+__all__ = ["check_bool", "check_estimator", "drop_live_client", "entropy_of", "sample_weight_of"]
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidParameterError(name, f"expected True or False, got {value!r}")
+    return bool(value)
+
+
+def check_estimator(
+    name: str, estimator: Any, methods: tuple[str, ...] = ("fit", "predict")
+) -> None:
+    missing = [m for m in methods if not hasattr(estimator, m)]
+    if missing:
+        raise InvalidParameterError(
+            name,
+            f"expected a scikit-learn estimator with {' and '.join(methods)}, got "
+            f"{type(estimator).__name__} (missing {', '.join(missing)})",
+        )
+
+
+def entropy_of(random_state: Any) -> int:
+    """The non-negative integer every member's seed derives from.
+
+    ``None``: fresh entropy (a different ensemble each fit); an ``int``: itself; a
+    ``numpy.random.RandomState`` or ``Generator``: one draw from it (so it advances, as in
+    scikit-learn).
+    """
+    if random_state is None:
+        return int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if int(random_state) < 0:
+            raise InvalidParameterError(
+                "random_state", f"expected a non-negative integer, got {random_state}"
+            )
+        return int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**63))
+    raise InvalidParameterError(
+        "random_state",
+        f"expected None, a non-negative int, a numpy RandomState or Generator, got {random_state!r}",
+    )
+
+
+def sample_weight_of(sample_weight: Any, n_samples: int) -> np.ndarray | None:
+    """``sample_weight`` as a float array of ``n_samples`` non-negative weights, or None."""
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, numbers.Number):
+        return np.full(n_samples, float(sample_weight))  # type: ignore[arg-type]
+    sw = np.asarray(sample_weight, dtype=np.float64)
+    if sw.shape != (n_samples,):
+        raise InvalidParameterError(
+            "sample_weight", f"expected shape ({n_samples},) like y, got {sw.shape}"
+        )
+    if not np.all(np.isfinite(sw)) or (sw < 0).any() or sw.sum() <= 0:
+        raise InvalidParameterError(
+            "sample_weight", "expected finite, non-negative weights with a positive sum"
+        )
+    return sw
+
+
+def drop_live_client(state: dict[str, Any]) -> dict[str, Any]:
+    """A pickled (or registered) ensemble keeps a client's address, never a live Client."""
+    client = state.get("client")
+    if client is not None and not isinstance(client, str):
+        state = dict(state, client=None)
+    return state
