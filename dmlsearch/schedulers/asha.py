@@ -1,0 +1,90 @@
+"""Asynchronous successive halving, ASHA (Li et al. 2020, "A System for Massively Parallel
+Hyperparameter Tuning", Algorithm 2).
+
+On a free worker: promote a trial as soon as it is in the top ``1 / eta`` of its rung among
+the results so far (highest rung first); otherwise start a new trial at the smallest
+resource. A worker never idles waiting for a rung to fill.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._base import DONE, WAIT, Decision, History, Promote, Scheduler, Start, check_int, rank
+from .halving import (
+    _promoted,
+    _rung_target,
+    _scored,
+    check_schedule,
+    promotion_quota,
+    rung_resources,
+)
+
+__all__ = ["ASHA", "asha_promotable"]
+
+
+def asha_promotable(history: History, rung: int, eta: int) -> list[int]:
+    """Trials of ``rung`` that may be promoted now, best first.
+
+    Those among the top ``floor(n_k / eta)`` of the ``n_k`` scores at ``rung`` so far that
+    have not gone on from it (no higher result, no step running, not failed).
+    """
+    scores = _scored(history, rung)
+    top = rank(scores)[: promotion_quota(len(scores), eta)]
+    return [t for t in top if not _promoted(history, t, rung)]
+
+
+class ASHA(Scheduler):
+    """Asynchronous successive halving, bounded by trials and by total resource.
+
+    ``max_trials``: trials started at most (``None``: no bound). ``max_total_resource``:
+    budget of every step together, counting continued training once (see
+    :meth:`~dmlsearch.schedulers.Scheduler.spent`); a step that would pass it is not
+    issued. With neither bound ASHA starts trials for as long as it is asked (the runner's
+    time budget ends it).
+    """
+
+    name = "asha"
+
+    def __init__(
+        self,
+        min_resource: int = 1,
+        max_resource: int = 81,
+        reduction_factor: int = 3,
+        max_trials: int | None = None,
+        max_total_resource: int | None = None,
+    ) -> None:
+        r_min, R, eta = check_schedule(min_resource, max_resource, reduction_factor)
+        self.min_resource = r_min
+        self.max_resource = R
+        self.reduction_factor = eta
+        self.resources = rung_resources(r_min, R, eta)
+        self.max_trials = None if max_trials is None else check_int("max_trials", max_trials, 1)
+        self.max_total_resource = (
+            None
+            if max_total_resource is None
+            else check_int("max_total_resource", max_total_resource, self.resources[0])
+        )
+
+    def propose(self, history: History) -> Decision:
+        left = (
+            math.inf
+            if self.max_total_resource is None
+            else self.max_total_resource - self.spent(history)
+        )
+        res = self.resources
+        for k in range(len(res) - 2, -1, -1):
+            for trial in asha_promotable(history, k, self.reduction_factor):
+                if res[k + 1] - res[k] <= left:
+                    return Promote(trial, k + 1, res[k + 1], res[k])
+        if res[0] <= left and (self.max_trials is None or len(history.results) < self.max_trials):
+            return Start(history.next_trial(), res[0])
+        return WAIT if history.running else DONE
+
+    def finished(self, history: History) -> frozenset[int]:
+        top = len(self.resources) - 1
+        done = (t for t in history.results if history.last_rung(t) == top)
+        return frozenset(history.failed).union(t for t in done if t not in history.running)
+
+    def _target(self, history: History, trial: int) -> int:
+        return _rung_target(self.resources, history, trial)
