@@ -1,0 +1,272 @@
+"""How a budget maps onto an estimator: pure helpers that train a model up to a resource.
+
+``resource`` names what the budget counts:
+
+* ``"partial_fit"``: calls of ``partial_fit`` over the training data (epochs);
+* an estimator parameter, e.g. ``"n_estimators"`` (scikit-learn ensembles with
+  ``warm_start``, which the helper sets) or ``"max_iter"``; in a Pipeline, the step's
+  parameter (``"clf__n_estimators"``);
+* ``"n_samples"``: training rows, a deterministic subsample by seed (as scikit-learn's
+  Halving searches).
+
+Each ``train_*`` helper takes ``(state, X, y, resource, previous)``: ``state`` is the
+unfitted estimator when ``previous == 0``, else the model trained to ``previous``. It
+continues from that state where the estimator allows it, else refits from scratch, and
+says which it did in the returned :class:`TrainStep`. It never changes ``state`` (a
+continued model is a copy): a retried task sees the state it was given.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone, is_classifier
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import _safe_indexing
+from sklearn.utils.validation import check_is_fitted
+
+from .exceptions import InvalidParameterError
+
+__all__ = [
+    "RESOURCES",
+    "TrainStep",
+    "check_resource",
+    "subsample",
+    "train",
+    "train_n_samples",
+    "train_param",
+    "train_partial_fit",
+]
+
+#: The resource names that are not an estimator parameter.
+RESOURCES: tuple[str, ...] = ("partial_fit", "n_samples")
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """A model trained to ``resource``.
+
+    ``continued``: trained on from the state at ``previous`` (False: refitted from
+    scratch). ``work``: resource units trained in this step, ``resource - previous`` when
+    continued, ``resource`` when refitted; summed over a trial's steps it is the training
+    actually done.
+    """
+
+    estimator: Any
+    resource: int
+    previous: int
+    continued: bool
+    work: int
+
+
+def _check_budget(resource: Any, previous: Any) -> tuple[int, int]:
+    for name, value, low in (("resource", resource, 1), ("previous", previous, 0)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+            raise InvalidParameterError(name, f"must be an integer >= {low}, got {value!r}")
+    if previous > resource:
+        raise InvalidParameterError(
+            "resource",
+            f"must be >= previous ({previous}), got {resource}: training cannot go back",
+        )
+    return int(resource), int(previous)
+
+
+def _is_fitted(estimator: Any) -> bool:
+    try:
+        check_is_fitted(estimator)
+    except (NotFittedError, TypeError):
+        return False
+    return True
+
+
+def _fresh(state: Any) -> Any:
+    """An unfitted copy of ``state`` with its parameters."""
+    return clone(state)
+
+
+def _warm_start_key(param: str) -> str:
+    prefix, _, _ = param.rpartition("__")
+    return f"{prefix}__warm_start" if prefix else "warm_start"
+
+
+def check_resource(resource: Any, estimator: Any) -> str:
+    """``resource`` if ``estimator`` can take it, else :class:`InvalidParameterError`.
+
+    ``"partial_fit"`` needs a ``partial_fit`` method; ``"n_samples"`` any estimator; any
+    other name must be one of ``estimator.get_params()``.
+    """
+    if not isinstance(resource, str) or not resource:
+        raise InvalidParameterError(
+            "resource",
+            f"expected 'partial_fit', 'n_samples' or an estimator parameter name, got {resource!r}",
+        )
+    if resource == "partial_fit":
+        if not callable(getattr(estimator, "partial_fit", None)):
+            raise InvalidParameterError(
+                "resource",
+                f"'partial_fit' needs an estimator with a partial_fit method; "
+                f"{type(estimator).__name__} has none. Use an estimator parameter "
+                "(e.g. 'n_estimators', 'max_iter') or 'n_samples'",
+            )
+        return resource
+    if resource == "n_samples":
+        return resource
+    params = estimator.get_params(deep=True)
+    if resource not in params:
+        close = difflib.get_close_matches(resource, list(params), n=3)
+        hint = f"; did you mean {close}?" if close else ""
+        raise InvalidParameterError(
+            "resource",
+            f"{type(estimator).__name__} has no parameter {resource!r}{hint} "
+            f"(or use one of {list(RESOURCES)})",
+        )
+    return resource
+
+
+def train_partial_fit(
+    state: Any,
+    X: Any,
+    y: Any,
+    resource: int,
+    previous: int = 0,
+    *,
+    classes: Any = None,
+    fit_params: dict[str, Any] | None = None,
+) -> TrainStep:
+    """Call ``partial_fit(X, y)`` until ``resource`` calls in all; continue a fitted state.
+
+    A classifier's first call gets ``classes`` (default: ``np.unique(y)``).
+    """
+    resource, previous = _check_budget(resource, previous)
+    check_resource("partial_fit", state)
+    fit_params = dict(fit_params or {})
+    continued = previous > 0 and _is_fitted(state)
+    if continued:
+        model, done = copy.deepcopy(state), previous
+    else:
+        model, done = _fresh(state), 0
+    for call in range(done, resource):
+        extra: dict[str, Any] = {}
+        if call == 0 and is_classifier(model):
+            extra["classes"] = np.unique(y) if classes is None else classes
+        model.partial_fit(X, y, **extra, **fit_params)
+    return TrainStep(model, resource, previous, continued, resource - done)
+
+
+def _counts_total(estimator: Any, param: str) -> bool:
+    """Whether a warm-started fit with ``param = r`` ends at ``r`` in all (ensembles).
+
+    scikit-learn's ensembles grow to ``n_estimators`` (HistGradientBoosting to
+    ``max_iter``) in all; iterative solvers (LogisticRegression, MLP, SGD) run up to
+    ``max_iter`` *more* iterations from their previous solution.
+    """
+    name = param.rpartition("__")[2]
+    if name == "n_estimators":
+        return True
+    step = estimator
+    if "__" in param:
+        step = estimator.get_params(deep=True).get(param.rpartition("__")[0], estimator)
+    return type(step).__name__.startswith("HistGradientBoosting")
+
+
+def train_param(
+    state: Any,
+    X: Any,
+    y: Any,
+    resource: int,
+    previous: int = 0,
+    *,
+    param: str,
+    fit_params: dict[str, Any] | None = None,
+) -> TrainStep:
+    """Train with estimator parameter ``param`` set to the budget.
+
+    With ``warm_start`` (set here) and a state trained to ``previous``, training continues:
+    an ensemble grows from ``previous`` to ``resource`` members (same model as fitting
+    ``resource`` at once, for a fixed ``random_state``); an iterative solver runs
+    ``resource - previous`` more iterations from its previous solution. Without
+    ``warm_start`` the model is refitted with ``param = resource``.
+    """
+    resource, previous = _check_budget(resource, previous)
+    check_resource(param, state)
+    warm = _warm_start_key(param)
+    has_warm = warm in state.get_params(deep=True)
+    fit_params = dict(fit_params or {})
+    if has_warm and previous > 0 and _is_fitted(state):
+        model = copy.deepcopy(state)
+        if resource == previous:
+            return TrainStep(model, resource, previous, True, 0)
+        budget = resource if _counts_total(model, param) else resource - previous
+        model.set_params(**{param: budget, warm: True})
+        model.fit(X, y, **fit_params)
+        return TrainStep(model, resource, previous, True, resource - previous)
+    model = _fresh(state)
+    model.set_params(**({param: resource, warm: True} if has_warm else {param: resource}))
+    model.fit(X, y, **fit_params)
+    return TrainStep(model, resource, previous, False, resource)
+
+
+def subsample(n_rows: int, resource: int, seed: int) -> np.ndarray:
+    """Row indices of a ``resource``-row subsample of ``n_rows`` rows, fixed by ``seed``.
+
+    Nested: the rows for a smaller budget are a prefix of those for a larger one (the same
+    permutation of ``range(n_rows)``, cut shorter), and sorted, so row order is kept.
+    """
+    if isinstance(resource, bool) or not 1 <= resource <= n_rows:
+        raise InvalidParameterError(
+            "resource",
+            f"n_samples must be an integer in [1, {n_rows}] (the training rows), got {resource!r}",
+        )
+    order = np.random.default_rng(np.random.SeedSequence(seed)).permutation(n_rows)
+    return np.sort(order[: int(resource)])
+
+
+def train_n_samples(
+    state: Any,
+    X: Any,
+    y: Any,
+    resource: int,
+    previous: int = 0,
+    *,
+    seed: int = 0,
+    fit_params: dict[str, Any] | None = None,
+) -> TrainStep:
+    """Fit on a ``resource``-row subsample (:func:`subsample`); always from scratch.
+
+    More rows cannot be added to a fitted model without changing it, so this refits.
+    Fit parameters with one value per row (``sample_weight``) are subsampled too.
+    """
+    resource, previous = _check_budget(resource, previous)
+    n_rows = len(X) if not hasattr(X, "shape") else X.shape[0]
+    rows = subsample(n_rows, resource, seed)
+    params = {
+        k: _safe_indexing(v, rows) if hasattr(v, "__len__") and len(v) == n_rows else v
+        for k, v in (fit_params or {}).items()
+    }
+    model = _fresh(state)
+    model.fit(_safe_indexing(X, rows), None if y is None else _safe_indexing(y, rows), **params)
+    return TrainStep(model, resource, previous, False, resource)
+
+
+def train(
+    resource_name: str,
+    state: Any,
+    X: Any,
+    y: Any,
+    resource: int,
+    previous: int = 0,
+    *,
+    seed: int = 0,
+    fit_params: dict[str, Any] | None = None,
+) -> TrainStep:
+    """Train ``state`` to ``resource`` units of ``resource_name`` (dispatches to a helper)."""
+    check_resource(resource_name, state)
+    if resource_name == "partial_fit":
+        return train_partial_fit(state, X, y, resource, previous, fit_params=fit_params)
+    if resource_name == "n_samples":
+        return train_n_samples(state, X, y, resource, previous, seed=seed, fit_params=fit_params)
+    return train_param(state, X, y, resource, previous, param=resource_name, fit_params=fit_params)

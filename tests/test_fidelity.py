@@ -1,0 +1,237 @@
+"""Fidelity helpers on real scikit-learn estimators: continue where it holds, refit where not."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+from sklearn.ensemble import (
+    AdaBoostClassifier,
+    GradientBoostingClassifier,
+    HistGradientBoostingClassifier,
+    RandomForestClassifier,
+)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, SGDClassifier
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from dmlsearch.exceptions import InvalidParameterError
+from dmlsearch.fidelity import (
+    check_resource,
+    subsample,
+    train,
+    train_n_samples,
+    train_param,
+    train_partial_fit,
+)
+
+X, Y = make_classification(n_samples=240, n_features=8, n_informative=5, random_state=0)
+
+#: partial_fit calls made by every CountingSGD, all instances together.
+CALLS: list[int] = []
+
+
+class CountingSGD(SGDClassifier):
+    """SGDClassifier that counts its partial_fit calls (the work actually done)."""
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> Any:
+        CALLS.append(1)
+        return super().partial_fit(X, y, classes=classes, sample_weight=sample_weight)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
+
+
+# ---------------------------------------------------------------- what an estimator can take
+
+
+@pytest.mark.parametrize(
+    ("resource", "estimator", "words"),
+    [
+        ("partial_fit", RandomForestClassifier(), ["partial_fit", "RandomForestClassifier"]),
+        (
+            "n_estimator",
+            RandomForestClassifier(),
+            ["'n_estimator'", "did you mean", "n_estimators"],
+        ),
+        ("rounds", LogisticRegression(), ["LogisticRegression", "'rounds'", "n_samples"]),
+        ("", LogisticRegression(), ["partial_fit", "n_samples"]),
+        (3, LogisticRegression(), ["got 3"]),
+    ],
+)
+def test_a_resource_the_estimator_cannot_take_is_refused(
+    resource: Any, estimator: Any, words: list[str]
+) -> None:
+    with pytest.raises(InvalidParameterError) as info:
+        check_resource(resource, estimator)
+    assert info.value.param == "resource"
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_resources_the_estimator_can_take() -> None:
+    assert check_resource("partial_fit", SGDClassifier()) == "partial_fit"
+    assert check_resource("n_samples", LogisticRegression()) == "n_samples"
+    pipe = make_pipeline(StandardScaler(), RandomForestClassifier())
+    assert check_resource("randomforestclassifier__n_estimators", pipe)
+
+
+@pytest.mark.parametrize(
+    ("resource", "previous", "words"),
+    [(0, 0, ["resource", ">= 1"]), (3, 5, ["previous (5)", "got 3"]), (2.0, 0, ["2.0"])],
+)
+def test_a_bad_budget_is_refused(resource: Any, previous: Any, words: list[str]) -> None:
+    with pytest.raises(InvalidParameterError) as info:
+        train_partial_fit(SGDClassifier(), X, Y, resource, previous)
+    for word in words:
+        assert word in str(info.value)
+
+
+# ---------------------------------------------------------------- partial_fit
+
+
+def test_partial_fit_continues_to_the_same_model_and_counts_each_call_once() -> None:
+    CALLS.clear()
+    state = CountingSGD(random_state=0)
+    steps = []
+    previous = 0
+    for resource in (1, 3, 9):
+        step = train_partial_fit(state, X, Y, resource, previous)
+        steps.append(step)
+        state, previous = step.estimator, resource
+    # The work across rungs is the work of the highest rung: 9 calls, not 1 + 3 + 9.
+    assert len(CALLS) == 9 == sum(s.work for s in steps)
+    assert [s.continued for s in steps] == [False, True, True]
+    once = train_partial_fit(CountingSGD(random_state=0), X, Y, 9)
+    assert np.array_equal(state.coef_, once.estimator.coef_)
+    assert np.array_equal(state.predict(X), once.estimator.predict(X))
+
+
+def test_partial_fit_never_changes_the_state_it_continues() -> None:
+    first = train_partial_fit(MLPClassifier(hidden_layer_sizes=(8,), random_state=0), X, Y, 3)
+    before = copy.deepcopy(first.estimator.coefs_)
+    more = train_partial_fit(first.estimator, X, Y, 10, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(before, first.estimator.coefs_, strict=True))
+    once = train_partial_fit(MLPClassifier(hidden_layer_sizes=(8,), random_state=0), X, Y, 10)
+    assert more.continued and more.work == 7
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(more.estimator.coefs_, once.estimator.coefs_, strict=True)
+    )
+
+
+def test_partial_fit_from_an_unfitted_state_refits_and_says_so() -> None:
+    step = train_partial_fit(SGDClassifier(random_state=0), X, Y, 4, previous=2)
+    assert not step.continued and step.work == 4 and step.previous == 2
+    assert list(step.estimator.classes_) == [0, 1]
+
+
+# ---------------------------------------------------------------- estimator parameters
+
+
+@pytest.mark.parametrize(
+    ("estimator", "param"),
+    [
+        (RandomForestClassifier(n_estimators=1, random_state=0), "n_estimators"),
+        (GradientBoostingClassifier(n_estimators=1, random_state=0), "n_estimators"),
+        (
+            GradientBoostingClassifier(n_estimators=1, subsample=0.7, random_state=0),
+            "n_estimators",
+        ),
+        (HistGradientBoostingClassifier(early_stopping=False, random_state=0), "max_iter"),
+        (
+            make_pipeline(StandardScaler(), RandomForestClassifier(n_estimators=1, random_state=0)),
+            "randomforestclassifier__n_estimators",
+        ),
+    ],
+    ids=["forest", "boosting", "boosting-subsample", "hist-boosting", "pipeline"],
+)
+def test_warm_start_ensembles_grow_to_the_same_model(estimator: Any, param: str) -> None:
+    small = train_param(estimator, X, Y, 4, param=param)
+    grown = train_param(small.estimator, X, Y, 12, 4, param=param)
+    once = train_param(estimator, X, Y, 12, param=param)
+    assert (small.continued, grown.continued, once.continued) == (False, True, False)
+    assert (small.work, grown.work) == (4, 8)
+    assert np.array_equal(grown.estimator.predict_proba(X), once.estimator.predict_proba(X))
+    # The helper set warm_start; the state it continued from is untouched.
+    warm = param.rpartition("__")[0] + "__warm_start" if "__" in param else "warm_start"
+    assert grown.estimator.get_params()[warm] is True
+    assert small.estimator.get_params()[param] == 4
+    assert estimator.get_params()[warm] is False
+
+
+def test_warm_start_forest_trains_only_the_new_trees() -> None:
+    small = train_param(RandomForestClassifier(random_state=0), X, Y, 3, param="n_estimators")
+    grown = train_param(small.estimator, X, Y, 7, 3, param="n_estimators")
+    assert len(small.estimator.estimators_) == 3 and len(grown.estimator.estimators_) == 7
+    for old, kept in zip(small.estimator.estimators_, grown.estimator.estimators_[:3], strict=True):
+        assert np.array_equal(old.tree_.threshold, kept.tree_.threshold)
+    same = train_param(grown.estimator, X, Y, 7, 7, param="n_estimators")
+    assert same.continued and same.work == 0 and len(same.estimator.estimators_) == 7
+
+
+def test_logistic_regression_max_iter_continues_from_its_solution() -> None:
+    short = train_param(LogisticRegression(), X, Y, 2, param="max_iter")
+    assert short.estimator.n_iter_[0] == 2
+    longer = train_param(short.estimator, X, Y, 200, 2, param="max_iter")
+    once = train_param(LogisticRegression(), X, Y, 200, param="max_iter")
+    assert longer.continued and longer.work == 198
+    # max_iter counts iterations per fit: the continuation ran at most 198 more.
+    assert longer.estimator.n_iter_[0] <= 198
+    # lbfgs restarts its curvature memory, so the path differs; both reach the optimum.
+    np.testing.assert_allclose(longer.estimator.coef_, once.estimator.coef_, atol=1e-2)
+    assert np.array_equal(longer.estimator.predict(X), once.estimator.predict(X))
+    # A converged model continued needs (almost) no iteration: it starts from its solution.
+    again = train_param(once.estimator, X, Y, 400, 200, param="max_iter")
+    assert again.continued and again.estimator.n_iter_[0] <= 1
+
+
+def test_a_parameter_without_warm_start_refits_and_says_so() -> None:
+    small = train_param(AdaBoostClassifier(random_state=0), X, Y, 3, param="n_estimators")
+    more = train_param(small.estimator, X, Y, 6, 3, param="n_estimators")
+    once = train_param(AdaBoostClassifier(random_state=0), X, Y, 6, param="n_estimators")
+    assert not more.continued and more.work == 6
+    assert np.array_equal(more.estimator.predict(X), once.estimator.predict(X))
+
+
+# ---------------------------------------------------------------- n_samples
+
+
+def test_subsample_is_deterministic_nested_and_sorted() -> None:
+    small, large = subsample(100, 10, seed=7), subsample(100, 40, seed=7)
+    assert np.array_equal(small, subsample(100, 10, seed=7))
+    assert set(small) <= set(large) and np.all(np.diff(large) > 0)
+    assert not np.array_equal(subsample(100, 40, seed=8), large)
+    assert len(subsample(100, 100, seed=0)) == 100
+    with pytest.raises(InvalidParameterError, match=r"\[1, 100\].*got 101"):
+        subsample(100, 101, seed=0)
+
+
+def test_n_samples_refits_on_the_subsample() -> None:
+    weights = np.linspace(1.0, 2.0, len(Y))
+    step = train_n_samples(
+        LogisticRegression(), X, Y, 60, 20, seed=3, fit_params={"sample_weight": weights}
+    )
+    rows = subsample(len(Y), 60, seed=3)
+    direct = LogisticRegression().fit(X[rows], Y[rows], sample_weight=weights[rows])
+    assert not step.continued and step.work == 60
+    assert np.array_equal(step.estimator.coef_, direct.coef_)
+
+
+def test_train_dispatches_on_the_resource_name() -> None:
+    assert train("partial_fit", SGDClassifier(random_state=0), X, Y, 2).work == 2
+    assert train("n_samples", LogisticRegression(), X, Y, 50, seed=1).resource == 50
+    forest = train("n_estimators", RandomForestClassifier(random_state=0), X, Y, 2)
+    assert len(forest.estimator.estimators_) == 2
+    with pytest.raises(InvalidParameterError, match="partial_fit"):
+        train("partial_fit", RandomForestClassifier(), X, Y, 2)
