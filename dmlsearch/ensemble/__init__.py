@@ -14,12 +14,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._members import MemberFitError
+from ._members import MemberError, MemberFitError, MemberLostError
 
 __all__ = [
     "BaggingClassifier",
     "BaggingRegressor",
+    "MemberError",
     "MemberFitError",
+    "MemberLostError",
     "StackingClassifier",
     "StackingRegressor",
 ]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..exceptions import InvalidParameterError
 
-__all__ = ["check_bool", "check_estimator", "drop_live_client", "entropy_of", "sample_weight_of"]
+__all__ = ["ClientParam", "check_bool", "check_estimator", "entropy_of", "sample_weight_of"]
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -66,16 +66,33 @@ def sample_weight_of(sample_weight: Any, n_samples: int) -> np.ndarray | None:
         raise InvalidParameterError(
             "sample_weight", f"expected shape ({n_samples},) like y, got {sw.shape}"
         )
-    if not np.all(np.isfinite(sw)) or (sw < 0).any() or sw.sum() <= 0:
+    if not np.all(np.isfinite(sw)) or (sw < 0).any():
+        raise InvalidParameterError("sample_weight", "expected finite, non-negative weights")
+    if sw.sum() <= 0:
         raise InvalidParameterError(
-            "sample_weight", "expected finite, non-negative weights with a positive sum"
+            "sample_weight", "every weight is zero: at least one must be positive"
         )
     return sw
 
 
-def drop_live_client(state: dict[str, Any]) -> dict[str, Any]:
-    """A pickled (or registered) ensemble keeps a client's address, never a live Client."""
-    client = state.get("client")
-    if client is not None and not isinstance(client, str):
-        state = dict(state, client=None)
-    return state
+class ClientParam:
+    """The ``client`` parameter is a handle to a shared cluster, not state (as in SearchCV).
+
+    ``clone`` shares it instead of deep-copying it; pickling (and so registering) an
+    ensemble keeps an address but never a live Client.
+    """
+
+    def __sklearn_clone__(self) -> Any:
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)  # type: ignore[attr-defined]
+        client = params.pop("client")
+        cls: Any = type(self)
+        return cls(client=client, **{k: clone(v, safe=False) for k, v in params.items()})
+
+    def __getstate__(self) -> dict[str, Any]:
+        parent: Any = super()
+        state = dict(parent.__getstate__())
+        if not isinstance(state.get("client"), (str, type(None))):
+            state["client"] = None
+        return state

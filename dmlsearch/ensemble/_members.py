@@ -35,7 +35,9 @@ __all__ = [
     "BagKind",
     "BagSpec",
     "MemberData",
+    "MemberError",
     "MemberFitError",
+    "MemberLostError",
     "MemberResult",
     "StackKind",
     "StackSpec",
@@ -51,16 +53,28 @@ MAX_INT = int(np.iinfo(np.int32).max)
 FULL = -1
 
 
-class MemberFitError(DmlsearchError):
-    """An ensemble member raised (or was lost too often) while it was fitted.
+class MemberError(DmlsearchError):
+    """An ensemble member could not be fitted; ``member`` names it.
 
-    ``member`` names it (``"bagging member 3"``, ``"stacking estimator 'lr' fold 2"``);
-    ``__cause__`` is the member's own exception when it could be sent back.
+    (``"BaggingClassifier member 3 of 10 (...)"``, ``"StackingClassifier estimator 'lr'
+    (...), fold 2 of 5"``.)
     """
 
     def __init__(self, member: str, message: str) -> None:
         self.member = member
         super().__init__(message)
+
+
+class MemberFitError(MemberError, ValueError):
+    """A member's ``fit`` (or its out-of-fold prediction) raised.
+
+    ``__cause__`` is the member's own exception when it could be sent back from its worker;
+    the message carries the worker's traceback either way.
+    """
+
+
+class MemberLostError(MemberError, RuntimeError):
+    """A member's unit was lost with its worker more often than the runner retries it."""
 
 
 def member_seed(entropy: int, index: int) -> int:
@@ -122,6 +136,8 @@ class MemberResult:
     error: str | None = None
     exception: BaseException | None = None
     state: str = "complete"
+    #: The member's own code raised (False: the loop gave the unit up; see ``state``).
+    raised: bool = False
 
 
 def draw_member(
@@ -242,6 +258,7 @@ def fit_bag_members(
                     error=traceback.format_exc(),
                     exception=_sendable(exc),
                     state=FAILED,
+                    raised=True,
                 )
             )
             continue
@@ -371,6 +388,7 @@ def fit_stack_units(
                     error=traceback.format_exc(),
                     exception=_sendable(exc),
                     state=FAILED,
+                    raised=True,
                 )
             )
             continue

@@ -10,7 +10,7 @@ from distributed import Client
 
 from ..runner.loop import RunStats, WorkLoop
 from ..runner.units import DONE, Unit, UnitKind, UnitPolicy, UnitSource, _Signal
-from ._members import MemberFitError, MemberResult
+from ._members import MemberError, MemberFitError, MemberLostError, MemberResult
 
 __all__ = ["MemberSource", "member_policy", "run_members"]
 
@@ -51,9 +51,14 @@ class MemberSource(UnitSource[Any, MemberResult]):
         if result.error is not None:
             what = self.describe(unit.id)
             where = f" on worker {result.worker}" if result.worker else ""
-            error = MemberFitError(
-                what, f"{what} failed{where} ({result.state}):\n{result.error.rstrip()}"
-            )
+            if result.raised:
+                error: MemberError = MemberFitError(
+                    what, f"{what} raised{where}:\n{result.error.rstrip()}"
+                )
+            else:  # the loop gave it up (lost with its worker too often)
+                error = MemberLostError(
+                    what, f"{what} could not run ({result.state}): {result.error}"
+                )
             # Raised inside the loop: it cancels what is in flight and ends the fit.
             raise error from result.exception
         self.results[unit.id] = result

@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
-from ._common import check_bool, check_estimator, drop_live_client, entropy_of, sample_weight_of
+from ._common import ClientParam, check_bool, check_estimator, entropy_of, sample_weight_of
 from ._members import BagKind, BagSpec, MemberData, class_votes, draw_member, member_seed
 from ._run import member_policy, run_members
 
@@ -51,7 +51,7 @@ def _count(name: str, value: Any, total: float, default: int) -> int:
     raise InvalidParameterError(name, f"expected an int >= 1 or a float in (0, 1], got {value!r}")
 
 
-class _BaseBagging(BaseEstimator):
+class _BaseBagging(ClientParam, BaseEstimator):
     """Shared by :class:`BaggingClassifier` and :class:`BaggingRegressor`."""
 
     _default: type
@@ -89,9 +89,6 @@ class _BaseBagging(BaseEstimator):
         tags.input_tags.sparse = base.input_tags.sparse
         tags.input_tags.allow_nan = base.input_tags.allow_nan
         return tags
-
-    def __getstate__(self) -> dict[str, Any]:
-        return drop_live_client(super().__getstate__())
 
     def _check_params(self) -> None:
         if self.estimator is not None:
@@ -293,7 +290,8 @@ class BaggingClassifier(ClassifierMixin, _BaseBagging):
 
     def predict(self, X: Any) -> np.ndarray:
         """The class with the highest mean probability."""
-        return self.classes_.take(np.argmax(self.predict_proba(X), axis=1))
+        proba = self.predict_proba(X)
+        return self.classes_.take(np.argmax(proba, axis=1))
 
 
 class BaggingRegressor(RegressorMixin, _BaseBagging):

@@ -40,7 +40,7 @@ from sklearn.utils.validation import (
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
-from ._common import check_bool, check_estimator, drop_live_client, sample_weight_of
+from ._common import ClientParam, check_bool, check_estimator, sample_weight_of
 from ._members import FULL, MemberData, StackKind, StackSpec
 from ._run import member_policy, run_members
 
@@ -59,7 +59,7 @@ def _final_has(method: str) -> Any:
     return check
 
 
-class _BaseStacking(BaseEstimator):
+class _BaseStacking(ClientParam, BaseEstimator):
     """Shared by :class:`StackingClassifier` and :class:`StackingRegressor`."""
 
     estimators: Any
@@ -115,9 +115,6 @@ class _BaseStacking(BaseEstimator):
             tags.input_tags.allow_nan = False
             tags.input_tags.sparse = False
         return tags
-
-    def __getstate__(self) -> dict[str, Any]:
-        return drop_live_client(super().__getstate__())
 
     def _check_estimators(self) -> tuple[list[str], list[Any]]:
         estimators = self.estimators
