@@ -13,7 +13,12 @@ What is measured
     (d) closure: 16 ``client.submit`` of a function that captures X and y;
     (e) dmlsearch ``SearchCV(strategy="grid", cv=KFold(2))``;
     (f) (e) with ``dashboard=False``;
-    (g) (e) after the workers imported ``optuna`` (untimed): isolates that import.
+    (s) (a) with the data scattered as dmlsearch does (``direct=True, broadcast=True``);
+    (g) (e) after the workers imported what a dmlsearch task needs (untimed):
+        ``dmlsearch.runner.loop`` and ``dmlsearch._evaluate``;
+    (h) (e) after the workers imported ``optuna`` alone (untimed);
+    (o) (e) with the dmlsearch package found at ``--old PATH`` (cold runs only: the child
+        starts with ``PYTHONPATH=PATH``, and so do the workers of its fresh cluster).
 
     Each (approach, repeat) runs in a fresh child process of this script (``--only NAME``)
     that connects to the parent's cluster and loads the data the parent generated once
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -77,8 +83,11 @@ APPROACHES = {
     "c": "(c) dask-ml GridSearchCV",
     "d": "(d) closure capturing X, y",
     "e": "(e) dmlsearch SearchCV grid",
+    "s": "(s) loop, scatter as dmlsearch does",
     "f": "(f) dmlsearch, dashboard=False",
-    "g": "(g) dmlsearch, optuna pre-imported",
+    "g": "(g) dmlsearch, its task imports done",
+    "h": "(h) dmlsearch, optuna pre-imported",
+    "o": "(o) dmlsearch from --old PATH",
 }
 
 
@@ -92,13 +101,35 @@ def _cv_mean(X: np.ndarray, y: np.ndarray, alpha: float) -> float:
 
 
 # -- the five approaches: each returns the 16 mean CV scores, in ALPHAS order ---------------
-def run_scatter_once(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
-    X_f = client.scatter(X, hash=False)
-    y_f = client.scatter(y, hash=False)
-    futures = [client.submit(_cv_mean, X_f, y_f, a, pure=False) for a in ALPHAS]
-    scores = client.gather(futures)
+# (start, end, worker) of each trial of the last run, wall clock; set by (a) and (e)-(g).
+TRIAL_TIMES: list[tuple[float, float, str]] = []
+
+
+def _cv_mean_timed(X: np.ndarray, y: np.ndarray, alpha: float) -> tuple[float, float, float, str]:
+    import os
+
+    started = time.time()
+    score = _cv_mean(X, y, alpha)
+    return score, started, time.time(), str(os.getpid())
+
+
+def run_scatter_once(
+    client: Client, X: np.ndarray, y: np.ndarray, broadcast: bool = False
+) -> list[float]:
+    if broadcast:  # as dmlsearch scatters: straight to every worker
+        X_f, y_f = (client.scatter([v], hash=False, direct=True, broadcast=True)[0] for v in (X, y))
+    else:
+        X_f = client.scatter(X, hash=False)
+        y_f = client.scatter(y, hash=False)
+    futures = [client.submit(_cv_mean_timed, X_f, y_f, a, pure=False) for a in ALPHAS]
+    out = client.gather(futures)
     del futures, X_f, y_f
-    return list(scores)
+    TRIAL_TIMES[:] = [(o[1], o[2], o[3]) for o in out]
+    return [o[0] for o in out]
+
+
+def run_scatter_broadcast(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
+    return run_scatter_once(client, X, y, broadcast=True)
 
 
 def run_joblib_dask(client: Client, X: np.ndarray, y: np.ndarray) -> list[float]:
@@ -149,6 +180,7 @@ def run_dmlsearch(
         dashboard=dashboard,
     )
     search.fit(X, y)
+    TRIAL_TIMES[:] = [(t.started, t.finished, t.worker) for t in search.trials_]
     return list(search.cv_results_["mean_test_score"])
 
 
@@ -156,18 +188,23 @@ def run_dmlsearch_no_dashboard(client: Client, X: np.ndarray, y: np.ndarray) -> 
     return run_dmlsearch(client, X, y, dashboard=False)
 
 
-def _import_optuna() -> int:
+def _import(name: str) -> int:
+    import importlib
     import sys
 
     before = len(sys.modules)
-    import optuna  # noqa: F401
-
+    importlib.import_module(name)
     return len(sys.modules) - before
 
 
-# Untimed preparation an approach does once its cluster is up (cold runs: isolates a suspect).
+# Untimed preparation an approach does once its cluster is up (cold runs: isolates a suspect):
+# (g) what a dmlsearch task imports on a worker (the task wrapper's module and run_trials'),
+# (h) optuna alone, which the first brings in through dmlsearch.runner -> strategies.
 PREPARE: dict[str, Callable[[Client], Any]] = {
-    "g": lambda client: client.run(_import_optuna),
+    "g": lambda client: [
+        client.run(_import, m) for m in ("dmlsearch.runner.loop", "dmlsearch._evaluate")
+    ],
+    "h": lambda client: client.run(_import, "optuna"),
 }
 
 
@@ -177,8 +214,11 @@ RUNNERS: dict[str, Callable[[Client, np.ndarray, np.ndarray], list[float]]] = {
     "c": run_dask_ml,
     "d": run_closure,
     "e": run_dmlsearch,
+    "s": run_scatter_broadcast,
     "f": run_dmlsearch_no_dashboard,
     "g": run_dmlsearch,
+    "h": run_dmlsearch,
+    "o": run_dmlsearch,
 }
 DRIVER_MODULES = (
     "dmlsearch.search",
@@ -255,8 +295,16 @@ def _measure(name: str, client: Client, data_dir: str, warm: bool) -> dict[str, 
     before = client.run(_start_sampler)
     sched_before = client.run_on_scheduler(_start_sampler)
     modules = set(sys.modules)
+    cpu0 = psutil.Process().cpu_times()
+    TRIAL_TIMES.clear()
+    wall0 = time.time()
     with PeakRSS(0.02) as mem, timer() as t:
         scores = RUNNERS[name](client, X, y)
+    wall1 = time.time()
+    cpu1 = psutil.Process().cpu_times()
+    firsts: dict[str, float] = {}
+    for started, _, worker in TRIAL_TIMES:
+        firsts[worker] = min(firsts.get(worker, started), started)
     driver_imports = sorted(set(sys.modules) - modules)
     peaks = client.run(_stop_sampler)
     sched_peak = client.run_on_scheduler(_stop_sampler)[0]
@@ -269,23 +317,42 @@ def _measure(name: str, client: Client, data_dir: str, warm: bool) -> dict[str, 
         "driver_base_mb": mem.baseline / MB,
         "worker_peak_mb": sum(peaks[w][0] - before[w] for w in before) / MB,
         "worker_cpu_s": [round(peaks[w][1], 2) for w in sorted(peaks)],
+        # The driver process's CPU time (in a cold run it also hosts the scheduler).
+        "driver_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
+        # Seconds from the start of the clock to the first trial's start on each worker
+        # (sorted), and from the last trial's end to the end of the clock.
+        "first_trial_s": sorted(v - wall0 for v in firsts.values()),
+        "after_last_s": wall1 - max((e for _, e, _ in TRIAL_TIMES), default=wall1),
         "scheduler_peak_mb": (sched_peak - sched_before) / MB,
         "worker_after_mb": sum(worker_rss_mb(client)),
         "best_alpha": float(ALPHAS[best]),
         "best_score": float(scores[best]),
         "driver_imports": driver_imports,
+        "dmlsearch_from": _dmlsearch_dir(),
     }
     return result
+
+
+def _dmlsearch_dir() -> str:
+    import dmlsearch
+
+    return os.path.dirname(dmlsearch.__file__)
 
 
 def _names(modules: list[str]) -> str:
     return ", ".join(modules[:6]) + (f" and {len(modules) - 6} more" if len(modules) > 6 else "")
 
 
-def run_child(name: str, scheduler: str | None, data_dir: str) -> dict[str, Any]:
+def run_child(
+    name: str, scheduler: str | None, data_dir: str, old: str | None = None
+) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--only", name, "--data", data_dir]
     cmd += ["--cold"] if scheduler is None else ["--scheduler", scheduler]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    env = None
+    if name == "o":
+        assert old is not None
+        env = dict(os.environ, PYTHONPATH=old)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         sys.stdout.write(proc.stdout + proc.stderr)
@@ -307,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         "reference; f and g are dmlsearch variants that isolate a cold-start suspect)",
     )
     parser.add_argument(
+        "--old",
+        metavar="PATH",
+        help="with --cold: also run (o), dmlsearch imported from PATH (a folder holding a "
+        "dmlsearch package, e.g. an older commit's tree)",
+    )
+    parser.add_argument(
         "--cold",
         action="store_true",
         help="cold cluster: every run starts a fresh 2-worker LocalCluster in its driver "
@@ -323,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(child(args.only, scheduler, args.data)), flush=True)
         return 0
 
+    if args.old and not args.cold:
+        parser.error("--old needs --cold (each run then starts its own cluster)")
+    if args.old:
+        args.approaches += "o"
+        args.old = os.path.abspath(args.old)
     rows = args.rows or (20_000 if args.quick else 500_000)
     repeats = args.repeats or (1 if args.quick else 3)
     quiet_warnings()
@@ -355,13 +433,17 @@ def main(argv: list[str] | None = None) -> int:
         def one_pass(address: str | None, r: int) -> None:
             # Rotate the order so no approach always runs first on a fresh allocator.
             for name in chosen[r % len(chosen) :] + chosen[: r % len(chosen)]:
-                res = run_child(name, address, data_dir)
+                res = run_child(name, address, data_dir, args.old)
                 results[name].append(res)
                 print(
                     f"  repeat {r + 1}/{repeats}  {APPROACHES[name]:<36} {res['wall']:7.2f} s"
                     f"  driver +{res['driver_peak_mb']:7.1f} MB  workers "
                     f"+{res['worker_peak_mb']:7.1f} MB  after {res['worker_after_mb']:7.1f} MB"
-                    f"  driver imported in the timed run: {_names(res['driver_imports'])}",
+                    f"  first trial on each worker after "
+                    f"{'/'.join(f'{x:.2f}' for x in res['first_trial_s']) or '-'} s, "
+                    f"{res['after_last_s']:.2f} s after the last"
+                    f"  driver imported in the timed run: {_names(res['driver_imports'])}"
+                    f"  dmlsearch from {res['dmlsearch_from']}",
                     flush=True,
                 )
 
@@ -427,6 +509,23 @@ def main(argv: list[str] | None = None) -> int:
         "each worker used during the approach (last repeat); workers at the end: "
         f"{', '.join(f'{m:.0f}' for m in final_workers) or '-'} MB"
     )
+    print(
+        "\nCPU seconds (medians over repeats; steadier than wall time on a shared machine): "
+        + "; ".join(
+            f"{APPROACHES[name]}: workers {median([sum(r['worker_cpu_s']) for r in results[name]]):.2f}"
+            f", driver {median([r['driver_cpu_s'] for r in results[name]]):.2f}"
+            for name in chosen
+        )
+    )
+    print("\nFirst trial's start on each worker, seconds after the clock started (medians):")
+    for name in chosen:
+        timed = [r["first_trial_s"] for r in results[name] if len(r["first_trial_s"]) == 2]
+        if timed:
+            print(
+                f"  {APPROACHES[name]:<36} first worker {median([x[0] for x in timed]):.2f}, "
+                f"second worker {median([x[1] for x in timed]):.2f}; from the last trial's end "
+                f"to the end {median([r['after_last_s'] for r in results[name]]):.2f}"
+            )
     ref_runs = [res["wall"] for res in results["a"]]
     for name in chosen[1:]:
         ratios = [res["wall"] / a for res, a in zip(results[name], ref_runs, strict=False)]
