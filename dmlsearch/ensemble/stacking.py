@@ -20,6 +20,7 @@ from sklearn.base import (
     BaseEstimator,
     ClassifierMixin,
     RegressorMixin,
+    TransformerMixin,
     clone,
     is_classifier,
     is_regressor,
@@ -27,7 +28,7 @@ from sklearn.base import (
 from sklearn.linear_model import LogisticRegression, RidgeCV
 from sklearn.model_selection import check_cv
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils import Bunch, assert_all_finite, get_tags
+from sklearn.utils import Bunch, assert_all_finite, get_tags, indexable
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
@@ -178,6 +179,10 @@ class _BaseStacking(ClientParam, BaseEstimator):
         check_estimator("final_estimator", final)
         self._check_final(final)
         check_consistent_length(X, y)
+        # As cross_val_predict: rows must be indexable (sparse matrices become CSR).
+        X, y = indexable(X, y)
+        if _num_samples(X) == 0:
+            raise InvalidParameterError("X", "found 0 rows; stacking needs at least one per fold")
         if (
             isinstance(X, np.ndarray)
             and X.dtype.kind in "fc"
@@ -288,7 +293,7 @@ class _BaseStacking(ClientParam, BaseEstimator):
         return self._concatenate(X, predictions)
 
 
-class StackingClassifier(ClassifierMixin, _BaseStacking):
+class StackingClassifier(ClassifierMixin, TransformerMixin, _BaseStacking):
     """scikit-learn's ``StackingClassifier`` with its fits run on a Dask cluster.
 
     Same parameters (``n_jobs`` and ``verbose`` excepted; ``cv='prefit'`` refused) plus
@@ -379,7 +384,7 @@ class StackingClassifier(ClassifierMixin, _BaseStacking):
         return self.final_estimator_.decision_function(self.transform(X))
 
 
-class StackingRegressor(RegressorMixin, _BaseStacking):
+class StackingRegressor(RegressorMixin, TransformerMixin, _BaseStacking):
     """scikit-learn's ``StackingRegressor`` with its fits run on a Dask cluster.
 
     Same parameters (``n_jobs`` and ``verbose`` excepted; ``cv='prefit'`` refused) plus
