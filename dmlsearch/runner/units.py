@@ -133,7 +133,9 @@ class UnitSource(abc.ABC, Generic[P, R]):
 
     A source is a policy: it reads what the loop tells it and answers; it never touches
     Dask. :meth:`propose` is called whenever there is room for more work; :meth:`record`
-    exactly once per unit id, in the order results arrive.
+    exactly once per unit id, in the order results arrive. Any exception raised by a
+    source's method ends the run: the loop cancels the tasks in flight, releases the
+    shared objects and re-raises it (an ensemble stops at a member that failed this way).
     """
 
     @property
