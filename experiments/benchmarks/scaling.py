@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import local_cluster, median, print_header, print_table, quiet_warnings, timer
+from _common import (
+    local_cluster,
+    median,
+    print_footer,
+    print_header,
+    print_table,
+    quiet_warnings,
+    timer,
+)
 from _common import warm_up as warm_up_cluster
 from distributed import Client
 from sklearn.datasets import make_classification
@@ -166,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "sleep % = fit sleep time / (wall time x workers): the share of the workers' time "
         "spent inside the fits' sleeps"
     )
+    print_footer()
     return 0
 
 
