@@ -37,7 +37,8 @@ from .._states import CANCELLED, FAILED, STOPPED, TIMEOUT
 from ..exceptions import DmlsearchError, NoWorkersError
 from ..progress import NullProgress
 from ._batching import AdaptiveBatcher
-from .reports import ReportStream, report, reporting_to, wire_id
+from ._task import execute
+from .reports import ReportStream, wire_id
 from .units import DONE, WAIT, Unit, UnitKind, UnitSource
 
 __all__ = ["FAILED", "STOPPED", "TIMEOUT", "RunStats", "WorkLoop"]
@@ -51,23 +52,6 @@ _FREE_LOSSES = 3
 
 P = TypeVar("P")
 R = TypeVar("R")
-
-
-def execute(
-    function: Callable[..., Sequence[Any]],
-    topic: str | None,
-    *args: Any,
-) -> Sequence[Any]:
-    """The task every unit runs in: announces its start and its end around the kind's function.
-
-    The end report tells the driver that a task lost later (its result went with its
-    worker before the driver gathered it) did not crash that worker.
-    """
-    report(topic, "started")
-    with reporting_to(topic):
-        result = function(*args)
-    report(topic, "done")
-    return result
 
 
 @dataclass
