@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import contextvars
 import logging
+import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
@@ -11,13 +13,75 @@ from contextlib import contextmanager
 from typing import Any
 
 import dask
-from distributed import Client, LocalCluster
+import distributed.nanny
+import distributed.process
+from distributed import Client, LocalCluster, Nanny
 
 from ..exceptions import DmlsearchError, InvalidParameterError
 
-__all__ = ["cluster_shape", "embedded_cluster", "resolve_client", "start_local_cluster"]
+__all__ = [
+    "WarmNanny",
+    "cluster_shape",
+    "embedded_cluster",
+    "resolve_client",
+    "start_local_cluster",
+]
 
 logger = logging.getLogger("dmlsearch")
+
+
+#: Imported once by the fork server our nannies start worker processes from, so that a
+#: worker that replaces a dead one is ready in a fraction of a second, not after seconds
+#: of imports (docs/reliability.md).
+WARM_MODULES = (
+    "distributed",
+    "numpy",
+    "scipy",
+    "sklearn.base",
+    "sklearn.model_selection",
+    "sklearn.metrics",
+    "dmlsearch._evaluate",
+)
+
+_warm_start: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dmlsearch_warm_start", default=False
+)
+_original_mp_context = distributed.nanny.get_mp_context
+
+
+def _mp_context() -> Any:
+    """Dask's multiprocessing context, or the warm fork server inside a :class:`WarmNanny`."""
+    if not _warm_start.get() or "forkserver" not in multiprocessing.get_all_start_methods():
+        return _original_mp_context()
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(WARM_MODULES))  # no effect once the server runs
+    return ctx
+
+
+class WarmNanny(Nanny):
+    """A nanny whose worker processes (the first and every restart) fork from a warm server.
+
+    Dask starts each worker process with ``spawn``: a fresh interpreter that imports
+    distributed, then scikit-learn and dmlsearch on its first task, seconds on a busy
+    machine, during which the cluster runs a worker short. This nanny starts them from
+    multiprocessing's fork server with :data:`WARM_MODULES` imported once. Only the
+    nannies of :func:`start_local_cluster` do this; other clusters are untouched.
+    """
+
+    async def instantiate(self) -> Any:
+        # The worker process is started from a task this coroutine creates, which copies
+        # the context: only this nanny's start sees the flag.
+        token = _warm_start.set(True)
+        try:
+            return await super().instantiate()
+        finally:
+            _warm_start.reset(token)
+
+
+# Both modules look the function up by name when a worker process starts: the nanny for
+# its queues, AsyncProcess for the process itself.
+distributed.nanny.get_mp_context = _mp_context
+distributed.process.get_mp_context = _mp_context
 
 
 def start_local_cluster(
@@ -27,10 +91,12 @@ def start_local_cluster(
 
     The profiler samples every thread every 10 ms and costs about a third of the
     throughput of tiny trials (docs/benchmarks.md). A task that kills two workers is
-    given up (``allowed-failures: 1``). The embedded default, the CLI's local
-    cluster, the tests and the benchmarks all start their clusters here. ``cluster_kwargs``
-    (``memory_limit``, say) go to :class:`distributed.LocalCluster` and override these
-    defaults.
+    given up (``allowed-failures: 1``). Worker processes fork from a warm server
+    (:class:`WarmNanny`), so a lost worker is replaced in a fraction of a second. The
+    embedded default, the CLI's local cluster, the tests and the benchmarks all start their
+    clusters here. ``cluster_kwargs`` (``memory_limit``, say;
+    ``worker_class=distributed.Nanny`` for Dask's own nanny) go to
+    :class:`distributed.LocalCluster` and override these defaults.
     """
     kwargs: dict[str, Any] = {
         "processes": True,
@@ -39,6 +105,8 @@ def start_local_cluster(
         "silence_logs": logging.ERROR,
         **cluster_kwargs,
     }
+    if kwargs["processes"] and "worker_class" not in kwargs:
+        kwargs["worker_class"] = WarmNanny
     settings = {
         "distributed.worker.profile.enabled": False,
         # A task that kills the worker running it is given up after two deaths (Dask's

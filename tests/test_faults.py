@@ -1,0 +1,255 @@
+"""Real faults on real clusters: crashing trials, exposure of the embedded cluster, two
+experiments at once (docs/reliability.md).
+
+``experiments/reliability/crash_repeat.py`` runs the crash tests many times in a row
+(``DMLSEARCH_CRASH_REPEATS``) and records the pass count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import psutil
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+from sklearn.exceptions import FitFailedWarning
+
+from dmlsearch import Registry, SearchCV
+from dmlsearch.runner import start_local_cluster
+from dmlsearch.testing import SleepyClassifier
+
+pytestmark = pytest.mark.cluster
+
+# The estimators below live in this test module: workers get them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+#: A worker's memory limit in the memory test: the nanny kills it at 95 % of this.
+MEMORY_LIMIT = 600 * 2**20
+REPEATS = int(os.environ.get("DMLSEARCH_CRASH_REPEATS", "1"))
+
+
+class Crasher(SleepyClassifier):
+    """Crashes its worker process in ``fit`` when ``crash`` is set, in one of three ways."""
+
+    def __init__(self, crash: str = "", parameter: float = 0.0) -> None:
+        super().__init__(seconds=0.05, parameter=parameter)
+        self.crash = crash
+
+    def fit(self, X: Any, y: Any) -> Crasher:
+        if self.crash == "exit":
+            os._exit(13)
+        elif self.crash == "segfault":
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+        elif self.crash == "memory":
+            hog = []
+            for _ in range(100):  # up to 5 GiB, 50 MiB at a time: the nanny stops it first
+                hog.append(np.ones(50 * 2**20 // 8))
+                time.sleep(0.005)
+        super().fit(X, y)
+        return self
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    return make_classification(n_samples=60, n_features=4, random_state=0)
+
+
+@pytest.fixture
+def crash_cluster() -> Iterator[LocalCluster]:
+    cl = start_local_cluster(2, memory_limit=MEMORY_LIMIT)
+    yield cl
+    cl.close()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:One or more of the test scores are non-finite")
+@pytest.mark.parametrize("repeat", range(REPEATS))
+@pytest.mark.parametrize("mode", ["exit", "segfault", "memory"])
+def test_trial_that_crashes_its_worker_is_the_only_one_failed(
+    crash_cluster: LocalCluster, data: Any, mode: str, repeat: int
+) -> None:
+    X, y = data
+    # The crashing trial sits among healthy ones, so their tasks run beside it.
+    space = [
+        {"crash": [""], "parameter": [0.0, 1.0, 2.0]},
+        {"crash": [mode], "parameter": [3.0]},
+        {"crash": [""], "parameter": [4.0, 5.0, 6.0]},
+    ]
+    with Client(crash_cluster, set_as_default=False) as client:
+        search = SearchCV(
+            Crasher(),
+            space,
+            strategy="grid",
+            cv=2,
+            client=client,
+            progress=False,
+            refit=False,
+            dashboard=False,
+        )
+        with pytest.warns(FitFailedWarning, match="1 of the 7 trials failed"):
+            search.fit(X, y)
+    states = {t.params["parameter"]: t.state for t in search.trials_}
+    assert sorted(t.number for t in search.trials_) == list(range(7))
+    assert states.pop(3.0) == "failed"
+    assert set(states.values()) == {"complete"}, search.trials_
+    culprit = next(t for t in search.trials_ if t.params["parameter"] == 3.0)
+    assert "killed every worker" in culprit.error or "crashes its worker" in culprit.error
+    assert np.isnan(search.cv_results_["mean_test_score"][3])
+    assert search.runner_stats_.recorded == 7
+
+
+def _warm_modules() -> tuple[bool, list[str]]:
+    """On a worker: whether the warm modules are imported, and its parent's command line."""
+    from dmlsearch.runner.cluster import WARM_MODULES
+
+    parent = psutil.Process(os.getppid()).cmdline()
+    return all(m in sys.modules for m in WARM_MODULES), parent
+
+
+def test_a_lost_worker_is_replaced_by_a_warm_one(fresh_cluster: LocalCluster) -> None:
+    with Client(fresh_cluster, set_as_default=False) as client:
+        pids = client.run(os.getpid)
+        victim = sorted(pids)[0]
+        os.kill(pids[victim], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            workers = set(client.nthreads())
+            if len(workers) == 2 and victim not in workers:
+                break
+            time.sleep(0.05)
+        new = (set(client.nthreads()) - set(pids)).pop()
+        warm, parent = client.run(_warm_modules, workers=[new])[new]
+    # Forked from the fork server, scikit-learn and dmlsearch already imported: nothing to
+    # import before its first trial (a spawned worker imports them on its first task).
+    assert warm
+    assert any("forkserver" in part for part in parent), parent
+
+
+def test_processes_false_keeps_thread_workers() -> None:
+    # In-process comms take no host (127.0.0.1 is for TCP).
+    cluster = start_local_cluster(1, processes=False, host=None, dashboard_address=":0")
+    try:
+        assert type(next(iter(cluster.workers.values()))).__name__ == "Worker"
+    finally:
+        cluster.close()
+
+
+def _listening(root: psutil.Process) -> set[tuple[int, str, int]]:
+    """(pid, ip, port) of every TCP socket listening in ``root`` and its descendants."""
+    found = set()
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            conns = proc.net_connections(kind="inet")
+        except psutil.Error:  # ended meanwhile
+            continue
+        for conn in conns:
+            if conn.status == psutil.CONN_LISTEN:
+                found.add((proc.pid, conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def test_embedded_cluster_listens_only_on_loopback(data: Any) -> None:
+    X, y = data
+    me = psutil.Process()
+    seen: set[tuple[int, str, int]] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.1):
+            seen.update(_listening(me))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        # client=None: the embedded default cluster (scheduler, nannies, workers, dashboard).
+        search = SearchCV(
+            SleepyClassifier(seconds=0.1),
+            {"parameter": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]},
+            strategy="grid",
+            cv=2,
+            progress=False,
+            refit=False,
+        )
+        search.fit(X, y)
+    finally:
+        stop.set()
+        watcher.join()
+    worker_pids = {pid for pid, _, _ in seen if pid != me.pid}
+    assert worker_pids, f"no worker process was seen listening: {seen}"
+    ports_here = {port for pid, _, port in seen if pid == me.pid}
+    assert len(ports_here) >= 3, "expected the scheduler, its dashboard and the nannies"
+    exposed = sorted((pid, ip, port) for pid, ip, port in seen if ip != "127.0.0.1")
+    assert not exposed, f"listening beyond 127.0.0.1: {exposed}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
+
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'dmlsearch.db'}"
+    else:
+        with postgres_schema(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)) as url:
+            yield url
+
+
+def test_two_experiments_at_once_on_one_cluster_and_registry(
+    client: Client, registry_url: str, tmp_path: Path, data: Any
+) -> None:
+    X, y = data
+    spaces = {"left": [float(i) for i in range(12)], "right": [100.0 + i for i in range(12)]}
+    searches = {
+        name: SearchCV(
+            SleepyClassifier(seconds=0.02),
+            {"parameter": values},
+            strategy="grid",
+            cv=2,
+            client=client,
+            registry=Registry(registry_url, str(tmp_path / "artifacts")),
+            experiment_name=name,
+            progress=False,
+        )
+        for name, values in spaces.items()
+    }
+    errors: list[BaseException] = []
+    started = threading.Barrier(2)
+
+    def fit(search: SearchCV) -> None:
+        try:
+            started.wait()
+            search.fit(X, y)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fit, args=(s,)) for s in searches.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    with Registry(registry_url, str(tmp_path / "artifacts"), create=False) as registry:
+        for name, values in spaces.items():
+            search = searches[name]
+            assert [p["parameter"] for p in search.cv_results_["params"]] == values
+            assert {t.state for t in search.trials_} == {"complete"}
+            trials = registry.trials(name)
+            assert sorted(trials["number"]) == list(range(len(values)))
+            assert sorted(trials["param_parameter"]) == values
+            assert set(trials["state"]) == {"complete"}
+            assert registry.experiment(name).status == "complete"
+            assert registry.load_model(name).parameter in values
+    # Both ran at the same time: their trials interleave in wall time.
+    left, right = (searches[n].trials_ for n in spaces)
+    assert min(t.started for t in right) < max(t.finished for t in left)
+    assert min(t.started for t in left) < max(t.finished for t in right)
