@@ -253,3 +253,25 @@ def test_two_experiments_at_once_on_one_cluster_and_registry(
     left, right = (searches[n].trials_ for n in spaces)
     assert min(t.started for t in right) < max(t.finished for t in left)
     assert min(t.started for t in left) < max(t.finished for t in right)
+
+
+def test_python_m_dmlsearch_run_starts_the_embedded_cluster(tmp_path: Path) -> None:
+    """``python -m dmlsearch run``: a package's __main__ is never re-run by workers."""
+    import subprocess
+
+    (tmp_path / "exp.yaml").write_text(
+        "version: 1\nname: dash-m\ndata: {dataset: sklearn:load_iris}\n"
+        "model: sklearn.linear_model.LogisticRegression\n"
+        "search:\n  space: {C: [0.1, 1.0]}\n  strategy: grid\n  cv: 2\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "dmlsearch", "run", "exp.yaml", "--no-progress"],
+        cwd=tmp_path,
+        env={**os.environ, "DMLSEARCH_REGISTRY": f"sqlite:///{tmp_path / 'r.db'}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "best score" in proc.stdout

@@ -142,6 +142,10 @@ def unguarded_main_call() -> tuple[str, int] | None:
     path = getattr(main, "__file__", None)
     if main is None or not path or not os.path.isfile(path):
         return None
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if spec_name.endswith(".__main__"):
+        # `python -m package`: multiprocessing never re-runs a package's __main__.
+        return None
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code

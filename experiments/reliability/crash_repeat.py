@@ -37,7 +37,20 @@ def run_mode(mode: str, runs: int) -> tuple[int, int, float, list[str]]:
     env = {**os.environ, "DMLSEARCH_CRASH_REPEATS": str(runs)}
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", TEST, "-k", mode, "-q", "-p", "no:cacheprovider", "-rf"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            TEST,
+            "-m",
+            "slow",
+            "-k",
+            mode,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rf",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
