@@ -72,7 +72,6 @@ def crash_cluster() -> Iterator[LocalCluster]:
     cl.close()
 
 
-@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:One or more of the test scores are non-finite")
 @pytest.mark.parametrize("repeat", range(REPEATS))
 @pytest.mark.parametrize("mode", ["exit", "segfault", "memory"])

@@ -46,11 +46,14 @@ WARM_MODULES = (
 _warm_start: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "dmlsearch_warm_start", default=False
 )
-_original_mp_context = distributed.nanny.get_mp_context
+# A distributed that no longer has this hook gets Dask's own start (WarmNanny is then a
+# plain Nanny) rather than a dmlsearch that fails to import.
+_original_mp_context: Any = getattr(distributed.nanny, "get_mp_context", None)
 
 
 def _mp_context() -> Any:
     """Dask's multiprocessing context, or the warm fork server inside a :class:`WarmNanny`."""
+    assert _original_mp_context is not None
     if not _warm_start.get() or "forkserver" not in multiprocessing.get_all_start_methods():
         return _original_mp_context()
     ctx = multiprocessing.get_context("forkserver")
@@ -80,8 +83,9 @@ class WarmNanny(Nanny):
 
 # Both modules look the function up by name when a worker process starts: the nanny for
 # its queues, AsyncProcess for the process itself.
-distributed.nanny.get_mp_context = _mp_context
-distributed.process.get_mp_context = _mp_context
+if _original_mp_context is not None and hasattr(distributed.process, "get_mp_context"):
+    distributed.nanny.get_mp_context = _mp_context
+    distributed.process.get_mp_context = _mp_context
 
 
 def start_local_cluster(

@@ -65,6 +65,7 @@ class RunStats:
     stopped_by_budget: bool = False
     stopped_units: int = 0
     recorded: int = 0
+    probes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 
 
@@ -127,6 +128,8 @@ class WorkLoop(Generic[P, R]):
         self._retry: deque[Unit[P]] = deque()
         self._retries: dict[Hashable, int] = {}
         self._free_losses: dict[Hashable, int] = {}
+        self._quarantine: deque[Unit[P]] = deque()
+        self._probe: Future | None = None
         self._recorded: set[Hashable] = set()
         self._exhausted = False
         self._waiting = False
@@ -209,7 +212,7 @@ class WorkLoop(Generic[P, R]):
         start_by = time.time() + (self.budget_ends - time.monotonic())
         return start_by, (start_by if self.budget_policy == "stop" else None)
 
-    def _submit(self, units: list[Unit[P]]) -> None:
+    def _submit(self, units: list[Unit[P]]) -> Future:
         shared = self._ensure_shared()
         key = f"dmlsearch-{self.kind.name}-{self.run_id}-{self._task_counter}"
         self._task_counter += 1
@@ -235,6 +238,7 @@ class WorkLoop(Generic[P, R]):
         self._inflight[fut] = task
         self.stats.submitted_tasks += 1
         self.stats.batch_sizes.append(len(units))
+        return fut
 
     def _allowance(self, n_units: int) -> float:
         timeout = self.policy.timeout
@@ -268,6 +272,16 @@ class WorkLoop(Generic[P, R]):
 
     def _fill(self) -> None:
         self._refresh_slots()
+        if self._probe is not None:
+            if self._probe in self._inflight:
+                return  # a suspect runs alone: nothing else starts beside it
+            self._probe = None
+        if self._quarantine and not self._stopping and not self._budget_spent():
+            if not self._inflight:
+                # Alone on the cluster, a suspect that crashes a worker again is the culprit.
+                self._probe = self._submit([self._quarantine.popleft()])
+                self.stats.probes += 1
+            return
         while len(self._inflight) < self._max_tasks():
             cap = self.max_units_in_flight
             room = None if cap is None else cap - self._units_in_flight()
@@ -310,9 +324,22 @@ class WorkLoop(Generic[P, R]):
         if unit.id not in self._recorded:
             self._record(unit, self.kind.failed(unit, state, error))
 
-    def _lost(self, task: _Task[P], reason: str, killed: bool = False) -> None:
+    def _lost(
+        self, task: _Task[P], reason: str, killed: bool = False, probe: bool = False
+    ) -> None:
+        if probe:
+            # It ran alone and was lost: it crashed its worker (and Dask's reruns of it).
+            unit = task.units[0]
+            self._record_failed(
+                unit,
+                FAILED,
+                f"{self.kind.name} {unit.id} killed its worker when it ran alone ({reason}): "
+                "it crashes its worker (a native crash, or memory past the worker's limit)",
+            )
+            return
         innocent = self._innocent(task)
-        if killed and len(task.units) == 1 and not innocent:
+        unseen = task.started is None and not task.done
+        if killed and len(task.units) == 1 and not innocent and not unseen:
             # Dask already ran it on `allowed-failures` workers that all died while it ran:
             # the unit itself crashes its worker (native crash, out of memory).
             unit = task.units[0]
@@ -322,6 +349,14 @@ class WorkLoop(Generic[P, R]):
                 f"{self.kind.name} {unit.id} killed every worker that ran it ({reason}); "
                 "it probably crashes in native code or runs out of memory",
             )
+            return
+        if unseen and (killed or self._shared_lost()):
+            # A crash took workers down and this task was never seen running: it may be
+            # the culprit (a crash can discard its start report) or a bystander. Each such
+            # unit runs again alone, which tells the two apart.
+            for unit in task.units:
+                if unit.id not in self._recorded:
+                    self._quarantine.append(unit)
             return
         # Several units shared the task: retry each alone.
         for unit in task.units:
@@ -373,13 +408,21 @@ class WorkLoop(Generic[P, R]):
 
     def _handle(self, fut: Future) -> None:
         task = self._inflight.pop(fut)
+        probe = fut is self._probe
+        if probe:
+            self._probe = None
         status = fut.status
         if status == "finished":
             try:
                 results: Sequence[R] = fut.result()
             except _LOST as exc:
                 # The result went with its worker before we gathered it.
-                self._lost(task, f"{type(exc).__name__}: {exc}", isinstance(exc, KilledWorker))
+                self._lost(
+                    task,
+                    f"{type(exc).__name__}: {exc}",
+                    isinstance(exc, KilledWorker),
+                    probe=probe and not task.done,
+                )
                 fut.release()
                 return
             durations = [self.kind.duration(r) for r in results]
@@ -394,11 +437,13 @@ class WorkLoop(Generic[P, R]):
             # Units catch their own errors unless told to raise; so apart from KilledWorker,
             # an error here is the user's and must surface as is.
             if isinstance(error, KilledWorker):
-                self._lost(task, f"KilledWorker: {error}", killed=True)
+                self._lost(task, f"KilledWorker: {error}", killed=True, probe=probe)
             else:
                 fut.result()  # re-raises with the worker's traceback
         else:  # cancelled: the worker or the data it needed is gone
-            self._lost(task, "the task was cancelled (worker or scattered data lost)")
+            self._lost(
+                task, "the task was cancelled (worker or scattered data lost)", probe=probe
+            )
         fut.release()
 
     # -- time ------------------------------------------------------------------------------
@@ -537,7 +582,7 @@ class WorkLoop(Generic[P, R]):
             while True:
                 self._fill()
                 if not self._inflight:
-                    if self._retry and not self._stopping:
+                    if (self._retry or self._quarantine) and not self._stopping:
                         continue
                     if self._waiting and not self._exhausted and not self._stopping:
                         raise DmlsearchError(

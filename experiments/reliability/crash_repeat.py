@@ -42,8 +42,6 @@ def run_mode(mode: str, runs: int) -> tuple[int, int, float, list[str]]:
             "-m",
             "pytest",
             TEST,
-            "-m",
-            "slow",
             "-k",
             mode,
             "-q",
