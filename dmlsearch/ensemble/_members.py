@@ -275,18 +275,19 @@ def fit_bag_members(
     return out
 
 
-class BagKind(UnitKind[tuple[int, int], MemberResult]):
-    """Bagging members: unit id = member index, payload = ``(index, seed)``."""
+class _MemberKind(UnitKind[Any, MemberResult]):
+    """Ensemble fits as units: the data and the spec are shared (scattered once)."""
 
-    name = "bagging-member"
+    #: The task function, set by each subclass.
+    task: Callable[..., Sequence[MemberResult]]
 
-    def __init__(self, data: MemberData, spec: BagSpec, policy: UnitPolicy | None = None) -> None:
+    def __init__(self, data: MemberData, spec: Any, policy: UnitPolicy | None = None) -> None:
         super().__init__(policy)
         self.data = data
         self.spec = spec
 
     def function(self) -> Callable[..., Sequence[MemberResult]]:
-        return fit_bag_members
+        return type(self).task
 
     def shared(self) -> tuple[Any, ...]:
         return (self.data, self.spec)
@@ -297,8 +298,15 @@ class BagKind(UnitKind[tuple[int, int], MemberResult]):
     def duration(self, result: MemberResult) -> float | None:
         return result.duration if result.error is None else None
 
-    def failed(self, unit: Unit[tuple[int, int]], state: str, error: str) -> MemberResult:
+    def failed(self, unit: Unit[Any], state: str, error: str) -> MemberResult:
         return MemberResult(unit.id, error=error, state=state)
+
+
+class BagKind(_MemberKind):
+    """Bagging members: unit id = member index, payload = ``(index, seed)``."""
+
+    name = "bagging-member"
+    task = staticmethod(fit_bag_members)
 
 
 # -- stacking ------------------------------------------------------------------------------
@@ -400,27 +408,8 @@ def fit_stack_units(
     return out
 
 
-class StackKind(UnitKind[tuple[int, int], MemberResult]):
+class StackKind(_MemberKind):
     """Stacking fits: unit id = payload = ``(estimator index, fold)`` (fold -1: all rows)."""
 
     name = "stacking-fit"
-
-    def __init__(self, data: MemberData, spec: StackSpec, policy: UnitPolicy | None = None) -> None:
-        super().__init__(policy)
-        self.data = data
-        self.spec = spec
-
-    def function(self) -> Callable[..., Sequence[MemberResult]]:
-        return fit_stack_units
-
-    def shared(self) -> tuple[Any, ...]:
-        return (self.data, self.spec)
-
-    def result_id(self, result: MemberResult) -> Hashable:
-        return result.id
-
-    def duration(self, result: MemberResult) -> float | None:
-        return result.duration if result.error is None else None
-
-    def failed(self, unit: Unit[tuple[int, int]], state: str, error: str) -> MemberResult:
-        return MemberResult(unit.id, error=error, state=state)
+    task = staticmethod(fit_stack_units)
