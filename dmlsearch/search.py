@@ -247,6 +247,11 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 or not math.isfinite(float(t))
             ):
                 raise InvalidParameterError(name, f"must be a number of seconds > 0, got {t!r}")
+        if self.time_budget_policy not in ("stop", "finish"):
+            raise InvalidParameterError(
+                "time_budget_policy",
+                f"must be 'stop' or 'finish', got {self.time_budget_policy!r}",
+            )
         r = self.max_retries
         if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
             raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {r!r}")
@@ -311,11 +316,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         """
         clock = _PhaseClock()
         scoring, refit_metric = self._validate()
-        if self.time_budget_policy not in ("stop", "finish"):
-            raise InvalidParameterError(
-                "time_budget_policy",
-                f"must be 'stop' or 'finish', got {self.time_budget_policy!r}",
-            )
         space = as_space(self.search_space)
         X, y, groups = indexable(X, y, groups)
         cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
@@ -826,6 +826,7 @@ def _differences(old: Any, new: Any, path: str) -> list[str]:
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class _PhaseClock:
     """Seconds per phase of ``fit``, measured back to back."""

@@ -187,6 +187,19 @@ def _sendable(exc: BaseException) -> BaseException | None:
     return exc
 
 
+def _raised(uid: Any, exc: BaseException, duration: float, worker: str) -> MemberResult:
+    """The result of a fit that raised: its traceback, and the exception if it travels."""
+    return MemberResult(
+        uid,
+        duration=duration,
+        worker=worker,
+        error=traceback.format_exc(),
+        exception=_sendable(exc),
+        state=FAILED,
+        raised=True,
+    )
+
+
 def _columns(X: Any, features: np.ndarray, n_features: int) -> Any:
     if len(features) == n_features and np.array_equal(features, np.arange(n_features)):
         return X
@@ -250,17 +263,7 @@ def fit_bag_members(
             estimator.fit(X, data.y[rows])
             oob = _out_of_bag(estimator, data, spec, rows, features) if spec.oob else None
         except Exception as exc:
-            out.append(
-                MemberResult(
-                    index,
-                    duration=time.perf_counter() - t0,
-                    worker=worker,
-                    error=traceback.format_exc(),
-                    exception=_sendable(exc),
-                    state=FAILED,
-                    raised=True,
-                )
-            )
+            out.append(_raised(index, exc, time.perf_counter() - t0, worker))
             continue
         out.append(
             MemberResult(
@@ -388,17 +391,7 @@ def fit_stack_units(
                     estimator.classes_, np.asarray(predictions), spec.n_classes, method
                 )
         except Exception as exc:
-            out.append(
-                MemberResult(
-                    uid,
-                    duration=time.perf_counter() - t0,
-                    worker=worker,
-                    error=traceback.format_exc(),
-                    exception=_sendable(exc),
-                    state=FAILED,
-                    raised=True,
-                )
-            )
+            out.append(_raised(uid, exc, time.perf_counter() - t0, worker))
             continue
         out.append(
             MemberResult(

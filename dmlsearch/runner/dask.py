@@ -87,30 +87,26 @@ class DaskRunner:
         self.seeded = seeded
         self.stats = RunStats()
 
-    def _n_slots(self) -> int:
+    def _threads(self) -> list[int]:
+        """Threads per worker, read once per run (empty if the scheduler cannot say)."""
         try:
-            return max(1, sum(self.client.nthreads().values()))
+            return list(self.client.nthreads().values())
         except Exception:
-            return 1
+            return []
 
-    def _check_one_thread(self, context: EvalContext) -> None:
+    def _check_one_thread(self, threads: list[int], context: EvalContext) -> None:
         """Seeded trials reproduce on 1 or N workers only if each worker has one thread."""
-        if not (self.seeded and context.seed_globals):
+        if not (self.seeded and context.seed_globals) or not any(n > 1 for n in threads):
             return
-        try:
-            threads = set(self.client.nthreads().values())
-        except Exception:
-            return
-        if any(n > 1 for n in threads):
-            warnings.warn(
-                f"the cluster's workers run {max(threads)} threads each: trials that share "
-                "a worker process share numpy's and random's global generators, so "
-                "estimators with random_state=None may not give the same results on "
-                "another cluster. Use workers with one thread each (threads_per_worker=1) "
-                "for results that reproduce exactly.",
-                UserWarning,
-                stacklevel=4,
-            )
+        warnings.warn(
+            f"the cluster's workers run {max(threads)} threads each: trials that share "
+            "a worker process share numpy's and random's global generators, so "
+            "estimators with random_state=None may not give the same results on "
+            "another cluster. Use workers with one thread each (threads_per_worker=1) "
+            "for results that reproduce exactly.",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def run(
         self,
@@ -124,7 +120,8 @@ class DaskRunner:
         on_tick: Callable[[], None] | None = None,
     ) -> None:
         """Run every trial the strategy proposes; ``skip`` lists numbers already done."""
-        self._check_one_thread(context)
+        threads = self._threads()
+        self._check_one_thread(threads, context)
         policy = UnitPolicy(
             max_retries=self.max_retries,
             timeout=self.trial_timeout,
@@ -134,7 +131,7 @@ class DaskRunner:
         max_units = self.max_concurrent_trials
         if max_units is None and strategy.adaptive:
             # A model-based strategy learns from results: don't ask far ahead of them.
-            max_units = 2 * self._n_slots()
+            max_units = 2 * max(1, sum(threads))
         budget_ends = None
         if self.time_budget is not None:
             start = time.monotonic() if self.budget_start is None else self.budget_start
@@ -150,7 +147,12 @@ class DaskRunner:
             self.client,
             TrialKind(data, context, policy),
             StrategySource(
-                strategy, seed, on_outcome, skip=skip, observer=observer, estimator=context.estimator
+                strategy,
+                seed,
+                on_outcome,
+                skip=skip,
+                observer=observer,
+                estimator=context.estimator,
             ),
             max_units_in_flight=max_units,
             target_task_seconds=self.target_task_seconds,
