@@ -443,6 +443,37 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
         ("registry.url", "::not a url::", "registry.url", "database URL"),
         ("registry.uri", "sqlite://", "registry.uri", "did you mean 'url'"),
         ("name", "   ", "name", "printable name"),
+        (
+            "scheduler",
+            {"kind": "ahsa", "resource": "n_samples", "max_resource": 9},
+            "scheduler.kind",
+            "did you mean 'asha'",
+        ),
+        (
+            "scheduler",
+            {"kind": "asha", "resource": "n_samples", "min_resource": 27, "max_resource": 9},
+            "scheduler.min_resource",
+            "must be <= max_resource",
+        ),
+        (
+            "scheduler",
+            {"kind": "hyperband", "resource": "n_samples", "max_resource": 9, "reduction_factor": 1},
+            "scheduler.reduction_factor",
+            "greater than or equal to 2",
+        ),
+        (
+            "scheduler",
+            {"kind": "asha", "resource": "partial_fit", "max_resource": 9},
+            "scheduler.resource",
+            "needs an estimator with a partial_fit method",
+        ),
+        (
+            "scheduler",
+            {"kind": "asha", "resource": "clf__max_itr", "max_resource": 9},
+            "scheduler.resource",
+            "did you mean ['clf__max_iter'",
+        ),
+        ("scheduler", {"kind": "asha", "resource": "clf__max_iter", "max_resource": 9}, None, None),
     ],
 )
 def test_field_errors(path: str, value: Any, error_path: str | None, text: str | None) -> None:

@@ -225,6 +225,7 @@ def build_search(
         registry=registry if registry is not None else make_registry(cfg),
         experiment_name=cfg.name,
         resume=resume,
+        **(cfg.scheduler.search_kwargs() if cfg.scheduler is not None else {}),
     )
 
 
@@ -312,6 +313,7 @@ def summary(cfg: ExperimentConfig) -> dict[str, Any]:
         "time_budget": cfg.search.time_budget,
         "cv": cfg.search.cv if isinstance(cfg.search.cv, int) else cfg.search.cv.get("class"),
         "scoring": cfg.search.scoring,
+        "scheduler": None if cfg.scheduler is None else cfg.scheduler.search_kwargs(),
         "cluster": cluster,
         "registry": cfg.registry.url,
     }

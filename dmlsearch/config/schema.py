@@ -31,6 +31,7 @@ from ._data_model import (
     _Section,
 )
 from ._imports import _base_dir, _build_spec, _build_value, _import, _ImportFailed, _is_spec
+from ._scheduler import SchedulerSection, check_resource_problem
 
 # -- search space --------------------------------------------------------------------------
 
@@ -481,6 +482,7 @@ class ExperimentConfig(_Section):
     data: DataSection
     model: Annotated[ModelSection, BeforeValidator(_model_shorthand)]
     search: SearchSection
+    scheduler: SchedulerSection | None = None
     cluster: ClusterSection | None = None
     registry: RegistrySection = Field(default_factory=RegistrySection)
 
@@ -503,6 +505,10 @@ class ExperimentConfig(_Section):
                 f"{type(estimator).__name__} has no parameter {name!r}{hint}",
                 name,
             )
+        if self.scheduler is not None:
+            why = check_resource_problem(self.scheduler, estimator)
+            if why is not None:
+                problems.add(("scheduler", "resource"), why, self.scheduler.resource)
         problems.raise_if_any("ExperimentConfig")
         return self
 

@@ -1,0 +1,85 @@
+"""The ``scheduler:`` section: multi-fidelity search (successive halving, Hyperband, ASHA)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ._common import _err, _Problems, _suggest
+from ._data_model import PosInt, _Section
+
+#: The names ``SearchCV(scheduler=...)`` takes (``dmlsearch.schedulers.SCHEDULERS``; not
+#: imported from there so that reading a config never imports the schedulers).
+SCHEDULER_NAMES = ("asha", "hyperband", "halving", "median")
+
+
+class SchedulerSection(_Section):
+    """``SearchCV(scheduler=kind, resource=..., min_resource=..., max_resource=...,
+    reduction_factor=...)``: train many trials on a small budget, more only on the best.
+
+    ``resource`` names what the budget counts: ``partial_fit`` (epochs), ``n_samples``
+    (training rows) or an estimator parameter such as ``n_estimators`` or ``max_iter``.
+    """
+
+    kind: Literal["asha", "hyperband", "halving", "median"]
+    resource: str
+    min_resource: PosInt = 1
+    max_resource: PosInt
+    reduction_factor: int = Field(default=3, ge=2)
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in SCHEDULER_NAMES:
+            return value.lower()
+        if isinstance(value, str):
+            raise _err(
+                f"unknown scheduler {value!r}; choose one of {', '.join(SCHEDULER_NAMES)}"
+                f"{_suggest(value, SCHEDULER_NAMES)}"
+            )
+        return value
+
+    @field_validator("resource", mode="before")
+    @classmethod
+    def _resource(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            raise _err(
+                "expected partial_fit, n_samples or an estimator parameter name "
+                f"(e.g. n_estimators, max_iter), got {value!r}"
+            )
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _check(self) -> SchedulerSection:
+        if self.min_resource > self.max_resource:
+            problems = _Problems()
+            problems.add(
+                ("min_resource",),
+                f"min_resource ({self.min_resource}) must be <= max_resource "
+                f"({self.max_resource})",
+            )
+            problems.raise_if_any("SchedulerSection")
+        return self
+
+    def search_kwargs(self) -> dict[str, Any]:
+        """The ``SearchCV`` arguments this section stands for."""
+        return {
+            "scheduler": self.kind,
+            "resource": self.resource,
+            "min_resource": self.min_resource,
+            "max_resource": self.max_resource,
+            "reduction_factor": self.reduction_factor,
+        }
+
+
+def check_resource_problem(section: SchedulerSection, estimator: Any) -> str | None:
+    """Why ``estimator`` cannot take ``section.resource`` (None: it can)."""
+    from ..exceptions import InvalidParameterError
+    from ..fidelity import check_resource
+
+    try:
+        check_resource(section.resource, estimator)
+    except InvalidParameterError as exc:
+        return str(exc).removeprefix(f"{exc.param}: ")
+    return None
