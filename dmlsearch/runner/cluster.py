@@ -220,6 +220,29 @@ def cluster_shape(client: Client) -> dict[str, Any]:
     return shape
 
 
+def _connect(address: str) -> Client:
+    """A client on the scheduler at ``address``; InvalidParameterError if it cannot be one."""
+    try:
+        return Client(address, set_as_default=False, timeout="10s")
+    except OSError as exc:  # unreachable, refused, or a TLS certificate it does not accept
+        raise InvalidParameterError(
+            "client", f"cannot reach a Dask scheduler at {address!r}: {exc}"
+        ) from exc
+    except (TypeError, ValueError) as exc:
+        # distributed's own errors for an address it cannot use: a tls:// address with no
+        # TLS configured raises TypeError, an unknown scheme ValueError.
+        hint = ""
+        if address.startswith("tls://"):
+            hint = (
+                "; a tls:// scheduler needs the cluster's certificates: pass "
+                "client=distributed.Client(address, security=distributed.security.Security(...)) "
+                "or set distributed.comm.tls in Dask's configuration"
+            )
+        raise InvalidParameterError(
+            "client", f"cannot connect to a Dask scheduler at {address!r}: {exc}{hint}"
+        ) from exc
+
+
 @contextmanager
 def resolve_client(client: Any) -> Iterator[Client]:
     """The client a search runs on, resolved once at the edge.
@@ -232,12 +255,7 @@ def resolve_client(client: Any) -> Iterator[Client]:
         yield client
         return
     if isinstance(client, str):
-        try:
-            c = Client(client, set_as_default=False, timeout="10s")
-        except OSError as exc:
-            raise InvalidParameterError(
-                "client", f"cannot reach a Dask scheduler at {client!r}: {exc}"
-            ) from exc
+        c = _connect(client)
         try:
             yield c
         finally:
