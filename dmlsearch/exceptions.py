@@ -8,9 +8,12 @@ from __future__ import annotations
 __all__ = [
     "AllTrialsFailedError",
     "DmlsearchError",
+    "GangError",
     "InvalidParameterError",
     "NoWorkersError",
+    "NotSupportedError",
     "SearchSpaceError",
+    "TrainingError",
     "TrialTimeoutError",
 ]
 
@@ -48,3 +51,36 @@ class TrialTimeoutError(DmlsearchError):
 
 class NoWorkersError(DmlsearchError, RuntimeError):
     """The cluster had no workers for longer than the runner waits for one."""
+
+
+class GangError(DmlsearchError, RuntimeError):
+    """A collective job (a gang of ranks on reserved workers) failed as a whole.
+
+    A rank raised, a rank's worker left the cluster, or the job ran past its timeout; the
+    other ranks were cancelled and the workers' reservation released. ``worker`` is the
+    address of the worker lost (or whose rank raised), ``rank`` its rank, when known.
+    """
+
+    def __init__(self, message: str, *, worker: str | None = None, rank: int | None = None):
+        self.worker = worker
+        self.rank = rank
+        super().__init__(message)
+
+
+class TrainingError(GangError):
+    """Data-parallel training failed; ``checkpoint`` is the last checkpoint taken, or None."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker: str | None = None,
+        rank: int | None = None,
+        checkpoint: object | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        super().__init__(message, worker=worker, rank=rank)
+
+
+class NotSupportedError(DmlsearchError, NotImplementedError):
+    """A documented option that dmlsearch does not implement (yet); the message says what does."""
