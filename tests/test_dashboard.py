@@ -423,6 +423,46 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
 
 
 @pytest.mark.cluster
+def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
+    from sklearn.tree import DecisionTreeClassifier
+
+    from dmlsearch.ensemble import BaggingClassifier, StackingClassifier
+
+    X, y = data
+    base = cluster.dashboard_link.rsplit("/", 1)[0]
+    BaggingClassifier(DecisionTreeClassifier(), n_estimators=6, random_state=0, client=client).fit(
+        X, y
+    )
+    StackingClassifier(
+        [("lr", LogisticRegression()), ("tree", DecisionTreeClassifier())], cv=3, client=client
+    ).fit(X, y)
+
+    def ensembles(shown: dict[str, Any]) -> dict[str, Any]:
+        return {n.split()[0]: v for n, v in shown.items() if n.split()[0].endswith(".fit")}
+
+    shown = ensembles(
+        _wait_for(
+            base,
+            lambda v: {
+                k: e["status"] for k, e in ensembles(v).items() if e["status"] == "complete"
+            }.keys()
+            >= {"BaggingClassifier.fit", "StackingClassifier.fit"},
+        )
+    )
+    bagging, stacking = shown["BaggingClassifier.fit"], shown["StackingClassifier.fit"]
+    assert bagging["meta"]["total"] == 6 and bagging["done"] == 6
+    assert bagging["meta"]["strategy"] == "bagging"
+    assert bagging["meta"]["estimator"] == "DecisionTreeClassifier"
+    assert bagging["counts"] == {"complete": 6} and bagging["in_flight"] == 0
+    assert sum(bagging["per_worker"].values()) == 6
+    assert set(bagging["per_worker"]) <= set(client.scheduler_info()["workers"])
+    assert all("member" in r["params"] for r in bagging["finished"])
+    # 2 estimators x (3 folds + 1 refit on all rows)
+    assert stacking["meta"]["total"] == 8 and stacking["done"] == 8
+    assert stacking["meta"]["estimator"] == "lr, tree"
+
+
+@pytest.mark.cluster
 def test_page_is_served_beside_the_dashboard_and_read_only(cluster):
     base = cluster.dashboard_link.rsplit("/", 1)[0]
     from dmlsearch.dashboard import DashboardPlugin

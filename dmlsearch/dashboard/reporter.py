@@ -152,19 +152,42 @@ class DashboardReporter(RunObserver):
         self.wait(self.flush())
 
     def trials_submitted(self, specs: list[TrialSpec]) -> None:
-        self._submitted.extend([int(s.number), _params(s.params)] for s in specs)
+        self.units_submitted([(s.number, s.params) for s in specs])
 
     def trial_finished(self, outcome: TrialOutcome, value: float | None) -> None:
+        self.unit_finished(
+            outcome.number,
+            outcome.state,
+            value,
+            outcome.worker,
+            outcome.duration,
+            None if outcome.error is None else str(outcome.error),
+        )
+
+    def units_submitted(self, units: list[tuple[int, dict[str, Any]]]) -> None:
+        """Units of any kind (trials, ensemble members) sent to the cluster, by number."""
+        self._submitted.extend([int(number), _params(params)] for number, params in units)
+
+    def unit_finished(
+        self,
+        number: int,
+        state: str,
+        value: Any,
+        worker: Any,
+        duration: Any,
+        error: str | None = None,
+    ) -> None:
+        """A unit ended; ``value`` is its score, if it has one."""
         # [number, state, value, worker, duration, params (None: as submitted), error]
         self._finished.append(
             [
-                int(outcome.number),
-                str(outcome.state),
+                int(number),
+                str(state),
                 _plain(value),
-                _plain(outcome.worker),
-                _plain(outcome.duration),
+                _plain(worker),
+                _plain(duration),
                 None,
-                None if outcome.error is None else _error_summary(str(outcome.error)),
+                None if error is None else _error_summary(error),
             ]
         )
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 import dask
 from distributed import Client
@@ -13,6 +15,20 @@ from ..runner.units import DONE, Unit, UnitKind, UnitPolicy, UnitSource, _Signal
 from ._members import MemberError, MemberFitError, MemberLostError, MemberResult
 
 __all__ = ["MemberSource", "member_policy", "run_members"]
+
+logger = logging.getLogger("dmlsearch")
+
+
+class _Watcher(Protocol):
+    """What the dashboard's reporter hears of an ensemble fit (numbers: unit order)."""
+
+    def units_submitted(self, units: list[tuple[int, dict[str, Any]]]) -> None: ...
+
+    def unit_finished(
+        self, number: int, state: str, value: Any, worker: Any, duration: Any, error: str | None
+    ) -> None: ...
+
+    def tick(self) -> None: ...
 
 
 def member_policy() -> UnitPolicy:
@@ -26,9 +42,16 @@ class MemberSource(UnitSource[Any, MemberResult]):
     ``describe(unit_id)`` names a unit in the error raised for it (``"bagging member 3"``).
     """
 
-    def __init__(self, units: list[Unit[Any]], describe: Callable[[Hashable], str]) -> None:
+    def __init__(
+        self,
+        units: list[Unit[Any]],
+        describe: Callable[[Hashable], str],
+        watcher: _Watcher | None = None,
+    ) -> None:
         self.units = units
         self.describe = describe
+        self.watcher = watcher
+        self.number = {unit.id: i for i, unit in enumerate(units)}
         self.next = 0
         self.results: dict[Hashable, MemberResult] = {}
 
@@ -47,7 +70,18 @@ class MemberSource(UnitSource[Any, MemberResult]):
         self.next += 1
         return unit
 
+    def submitted(self, units: list[Unit[Any]]) -> None:
+        if self.watcher is not None:
+            self.watcher.units_submitted(
+                [(self.number[u.id], {"member": self.describe(u.id)}) for u in units]
+            )
+
     def record(self, unit: Unit[Any], result: MemberResult, retries: int) -> None:
+        if self.watcher is not None:
+            state = "failed" if result.error is not None else result.state
+            self.watcher.unit_finished(
+                self.number[unit.id], state, None, result.worker, result.duration, result.error
+            )
         if result.error is not None:
             what = self.describe(unit.id)
             where = f" on worker {result.worker}" if result.worker else ""
@@ -71,15 +105,46 @@ def run_members(
     units: list[Unit[Any]],
     describe: Callable[[Hashable], str],
     name: str,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[dict[Hashable, MemberResult], RunStats]:
-    """Run ``units`` of ``kind`` on ``client``; results by unit id, and the loop's counters."""
-    source = MemberSource(units, describe)
+    """Run ``units`` of ``kind`` on ``client``; results by unit id, and the loop's counters.
+
+    The fit shows on the dashboard's ``/dmlsearch`` page as ``name`` plus a short run id
+    (members done / total, per worker), with ``meta`` (estimator, kind) in its header,
+    unless the Dask config ``dmlsearch.dashboard`` is False.
+    """
+    reporter = _reporter(client, name, meta or {}, len(units))
+    source = MemberSource(units, describe, reporter)
     loop: WorkLoop[Any, MemberResult] = WorkLoop(
         client,
         kind,
         source,
         name=name,
         no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
+        on_tick=None if reporter is None else reporter.tick,
     )
-    stats = loop.run()
+    status = "failed"
+    try:
+        stats = loop.run()
+        status = "complete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if reporter is not None:
+            reporter.experiment_finished(status)
     return source.results, stats
+
+
+def _reporter(client: Client, name: str, meta: dict[str, Any], total: int) -> Any:
+    if not dask.config.get("dmlsearch.dashboard", True):
+        return None
+    from ..dashboard import DashboardReporter
+
+    try:
+        return DashboardReporter.attach(
+            client, f"{name} {uuid.uuid4().hex[:6]}", {**meta, "total": total}
+        )
+    except Exception as exc:  # the page is a view: it never fails a fit
+        logger.warning("dmlsearch: the dashboard page is off for %s: %r", name, exc)
+        return None

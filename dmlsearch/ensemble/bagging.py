@@ -178,6 +178,7 @@ class _BaseBagging(ClientParam, BaseEstimator):
                 units,
                 describe,
                 name=f"{name}.fit",
+                meta={"strategy": "bagging", "estimator": type(self.estimator_).__name__},
             )
         self._seeds = seeds
         self._n_samples = n_samples

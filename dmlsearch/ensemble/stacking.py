@@ -228,6 +228,7 @@ class _BaseStacking(ClientParam, BaseEstimator):
                 units,
                 describe,
                 f"{cls}.fit",
+                {"strategy": "stacking", "estimator": ", ".join(names[i] for i in kept)},
             )
         self.runner_stats_ = stats
         predictions = []
