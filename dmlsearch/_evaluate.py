@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, clone
 from sklearn.utils.metaestimators import _safe_split
 
+from ._oof import OofAssembler, OofRef, OofSink
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from .exceptions import TrialTimeoutError
 
@@ -56,6 +57,8 @@ class EvalContext:
     return_train_score: bool = False
     seed_globals: bool = True
     trial_timeout: float | None = None
+    #: Where to keep each trial's out-of-fold predictions (``keep_oof``), or None.
+    oof: OofSink | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class TrialOutcome:
     worker: str
     error: str | None = None
     retries: int = 0
+    #: Where the trial's out-of-fold predictions are (``keep_oof=True``), else None.
+    oof: OofRef | None = None
 
     @property
     def duration(self) -> float:
@@ -202,6 +207,7 @@ def _run_fold(
     n_samples: int,
     train: np.ndarray,
     test: np.ndarray,
+    oof: OofAssembler | None = None,
 ) -> _Fold:
     """Fit and score one split.
 
@@ -231,6 +237,8 @@ def _run_fold(
         fold.test = _score(context.scorer, estimator, X_test, y_test, context.multimetric)
         if context.return_train_score:
             fold.train = _score(context.scorer, estimator, X_train, y_train, context.multimetric)
+        if oof is not None:
+            oof.add(estimator, X_test, test)
     except TrialTimeoutError:
         raise
     except Exception:
@@ -276,10 +284,12 @@ def run_trial(
     error: str | None = None
     state = COMPLETE
     seconds, by_budget = _limit(context, stop_by)
+    oof = None if context.oof is None else OofAssembler(context.oof)
+    oof_ref: OofRef | None = None
     try:
         with _deadline(seconds):
             for train, test in context.splits:
-                fold = _run_fold(data, context, spec, n_samples, train, test)
+                fold = _run_fold(data, context, spec, n_samples, train, test, oof)
                 fit_times.append(fold.fit_time)
                 score_times.append(fold.score_time)
                 test_scores.append(fold.test)
@@ -288,6 +298,9 @@ def run_trial(
                 if fold.error is not None:
                     state = FAILED
                     error = error or fold.error
+            if oof is not None and state == COMPLETE:
+                oof_ref, error = _store_oof(oof, spec.number, worker)
+                state = COMPLETE if error is None else FAILED
     except TrialTimeoutError:
         if by_budget:
             state = STOPPED
@@ -317,7 +330,20 @@ def run_trial(
         finished=finished,
         worker=worker,
         error=error,
+        oof=oof_ref,
     )
+
+
+def _store_oof(oof: OofAssembler, number: int, worker: str) -> tuple[OofRef | None, str | None]:
+    try:
+        return oof.store(number, worker), None
+    except TrialTimeoutError:
+        raise
+    except Exception:
+        return (
+            None,
+            f"keep_oof: storing the out-of-fold predictions failed:\n{traceback.format_exc()}",
+        )
 
 
 def _worker_name() -> str:

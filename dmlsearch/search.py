@@ -25,6 +25,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
+from ._oof import artifact_sink, memory_sink
 from ._recording import (
     SearchRecorder,
     data_fingerprint,
@@ -126,6 +127,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     dashboard : bool
         Show the search live on the Dask dashboard's ``/dmlsearch`` page (a scheduler
         plugin registered once per cluster; see docs/dashboard.md).
+    keep_oof : bool
+        Keep each trial's out-of-fold predictions for ``dmlsearch.ensemble.
+        EnsembleSelection`` (``cv`` must put every row in exactly one test fold). Workers
+        store them: in the registry's artifact store when there is a registry, else in
+        their own memory (then ``client`` must be a cluster that outlives ``fit``). Read
+        one with :meth:`oof_predictions`; see docs/ensembles.md.
 
     Attributes
     ----------
@@ -164,6 +171,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         experiment_name: str | None = None,
         resume: bool = False,
         dashboard: bool = True,
+        keep_oof: bool = False,
     ) -> None:
         self.estimator = estimator
         self.search_space = search_space
@@ -186,6 +194,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.experiment_name = experiment_name
         self.resume = resume
         self.dashboard = dashboard
+        self.keep_oof = keep_oof
 
     # -- scikit-learn protocol --------------------------------------------------
     def __sklearn_clone__(self) -> SearchCV:
@@ -336,6 +345,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             error_score=self.error_score,
             return_train_score=self.return_train_score,
             trial_timeout=None if self.trial_timeout is None else float(self.trial_timeout),
+            oof=memory_sink(self, splits, X, y),
         )
         data = SearchData(X, y, dict(fit_params))
         outcomes: dict[int, TrialOutcome] = {}
@@ -372,6 +382,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                         outcomes,
                         skip,
                     )
+                    if context.oof is not None:
+                        context.oof = artifact_sink(context.oof, registry, recorder.experiment_id)
                 link = getattr(client, "dashboard_link", None)
                 reporter = None
                 if self.dashboard:
@@ -711,6 +723,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             row.update({f"param_{k}": v for k, v in t.params.items()})
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def oof_predictions(self, trial: int) -> np.ndarray:
+        """The out-of-fold predictions of trial number ``trial`` (needs ``keep_oof=True``)."""
+        from ._oof import for_search
+
+        return for_search(self, trial)
 
     # -- delegation to the refitted estimator -------------------------------------
     def _check_refit(self, method: str) -> None:
