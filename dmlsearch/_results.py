@@ -16,8 +16,15 @@ from numpy.ma import MaskedArray
 from scipy.stats import rankdata
 
 from ._evaluate import TrialOutcome
+from ._rungs import RungResult
 
-__all__ = ["build_cv_results", "param_arrays", "rank_scores"]
+__all__ = [
+    "build_cv_results",
+    "build_rung_results",
+    "param_arrays",
+    "rank_by_resource",
+    "rank_scores",
+]
 
 
 def param_arrays(candidate_params: Sequence[dict[str, Any]]) -> dict[str, MaskedArray]:
@@ -120,4 +127,60 @@ def build_cv_results(
                 [o.train_scores or [] for o in outcomes], name, n_splits, error_score
             )
             _store(results, f"train_{name}", train, splits=True)
+    return results
+
+
+def rank_by_resource(levels: np.ndarray, means: np.ndarray) -> np.ndarray:
+    """Rank 1 is best: rows at a higher resource level first, then by score (NaN last).
+
+    So that rank 1 is the row ``best_index_`` names (the best at the highest rung reached).
+    """
+    n = len(means)
+    if n == 0:
+        return np.ones(0, dtype=np.int32)
+    score_key = np.where(np.isnan(means), np.inf, -means)
+    order = np.lexsort((score_key, -levels))
+    ranks = np.empty(n, dtype=np.int32)
+    previous: tuple[float, float] | None = None
+    for position, i in enumerate(order):
+        key = (float(levels[i]), float(score_key[i]))
+        if key != previous:
+            current = position + 1
+            previous = key
+        ranks[i] = current
+    return ranks
+
+
+def build_rung_results(
+    steps: Sequence[RungResult],
+    scorer_names: Sequence[str],
+    n_splits: int,
+    *,
+    return_train_score: bool,
+    error_score: float,
+) -> dict[str, Any]:
+    """``cv_results_`` of a multi-fidelity search: one row per (trial, rung) step.
+
+    scikit-learn's Halving layout (``iter``, ``n_resources``) plus ``trial``, ``bracket``,
+    ``work`` (resource units trained in the step) and ``continued`` (the step continued
+    from the trial's state). ``rank_test_*`` orders rows by resource level, then score
+    (see :func:`rank_by_resource`).
+    """
+    results = build_cv_results(
+        steps,
+        scorer_names,
+        n_splits,
+        return_train_score=return_train_score,
+        error_score=error_score,
+    )
+    resources = np.array([s.resource for s in steps], dtype=np.int64)
+    levels = np.searchsorted(np.unique(resources), resources).astype(np.int64)
+    results["iter"] = levels
+    results["n_resources"] = resources
+    results["trial"] = np.array([s.number for s in steps], dtype=np.int64)
+    results["bracket"] = np.array([s.bracket for s in steps], dtype=np.int64)
+    results["work"] = np.array([s.work for s in steps], dtype=np.float64)
+    results["continued"] = np.array([s.continued for s in steps], dtype=bool)
+    for name in scorer_names:
+        results[f"rank_test_{name}"] = rank_by_resource(levels, results[f"mean_test_{name}"])
     return results

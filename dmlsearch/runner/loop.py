@@ -217,6 +217,8 @@ class WorkLoop(Generic[P, R]):
         key = f"dmlsearch-{self.kind.name}-{self.run_id}-{self._task_counter}"
         self._task_counter += 1
         topic = None if self._reports is None else self._reports.topic
+        preferred = self.kind.placement(units)
+        where = {} if not preferred else {"workers": preferred, "allow_other_workers": True}
         fut = self.client.submit(
             execute,
             self.kind.function(),
@@ -226,6 +228,7 @@ class WorkLoop(Generic[P, R]):
             *self._limits(),
             key=key,
             pure=False,
+            **where,
         )
         # Called on the client's event loop whether the task ends, errs or is cancelled.
         fut.add_done_callback(self._finished.put)

@@ -127,6 +127,14 @@ class UnitKind(abc.ABC, Generic[P, R]):
         """Whether the unit ran at all (False: it was never started, record nothing)."""
         return True
 
+    def placement(self, units: list[Unit[P]]) -> list[str] | None:
+        """Worker addresses the task of ``units`` should prefer (None: anywhere).
+
+        A preference, not a pin: the task runs elsewhere when those workers are gone or
+        Dask moves it (a rung step then refits what it would have continued).
+        """
+        return None
+
 
 class UnitSource(abc.ABC, Generic[P, R]):
     """Which unit comes next, and what happens to each result.

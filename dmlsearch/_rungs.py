@@ -1,0 +1,350 @@
+"""What runs on a worker for a multi-fidelity search: one rung step of one trial.
+
+A rung step trains each CV fold's model of a trial up to a resource with
+:mod:`dmlsearch.fidelity`, continuing from the fold models this worker holds for the
+trial (its *state cache*) when they are at the step's ``from_resource``, else refitting
+from scratch (and saying so in ``continued``). It scores every fold, keeps the fitted
+fold models in the cache for a later promotion, and returns a small
+:class:`RungResult`: the fitted state never goes to the driver.
+
+The cache lives in the worker's process, keyed by worker address (so in-process workers
+sharing this module keep apart) and by ``(run, trial)``. The driver drops a run's
+entries with :func:`drop_states` (``client.run``): the trials the scheduler will not
+continue as the search goes, everything of the run at its end. A worker that dies takes
+its states with it; the promoted step then refits from scratch on another worker.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.utils.metaestimators import _safe_split
+
+from ._evaluate import (
+    EvalContext,
+    SearchData,
+    TrialOutcome,
+    _deadline,
+    _index_fit_params,
+    _limit,
+    _num_samples,
+    _quiet_warnings,
+    _score,
+    _worker_name,
+)
+from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
+from .exceptions import TrialTimeoutError
+from .fidelity import TrainStep, train_n_samples, train_param, train_partial_fit
+
+__all__ = [
+    "RungContext",
+    "RungResult",
+    "RungSpec",
+    "drop_states",
+    "held_states",
+    "run_rung_steps",
+]
+
+
+@dataclass(frozen=True)
+class RungSpec:
+    """One rung step: train ``trial`` (``params``) to ``resource``, from ``from_resource``.
+
+    ``rung`` is the scheduler's rung (its index within the trial's bracket; the step
+    index for median stopping); ``from_resource`` is 0 for a trial's first step.
+    """
+
+    trial: int
+    params: dict[str, Any]
+    seed: int
+    rung: int
+    resource: int
+    from_resource: int = 0
+    bracket: int = 0
+
+    @property
+    def id(self) -> tuple[int, int]:
+        """Unique within a run: a trial reaches each resource at most once."""
+        return (self.trial, self.resource)
+
+
+@dataclass
+class RungContext:
+    """What every rung step of a run shares (scattered once): how to fit and score.
+
+    ``run`` keys the worker caches; ``classes`` are the labels a classifier's first
+    ``partial_fit`` call is given (all of ``y``'s, as a fold may miss one).
+    """
+
+    evaluation: EvalContext
+    resource: str
+    run: str
+    seed: int = 0
+    classes: Any = None
+
+
+@dataclass
+class RungResult(TrialOutcome):
+    """What a rung step gives back (a trial's outcome at one rung), never the models.
+
+    ``number`` is the trial. ``work``: resource units actually trained in this step,
+    summed over folds / number of folds (``TrainStep.work``). ``continued``: every fold
+    continued from this worker's state (False: refitted from scratch, or a first step).
+    ``stored``: the worker kept the fold models for a promotion.
+    """
+
+    rung: int = 0
+    resource: int = 0
+    from_resource: int = 0
+    bracket: int = 0
+    work: float = 0.0
+    continued: bool = False
+    stored: bool = False
+
+    @property
+    def trial(self) -> int:
+        return self.number
+
+    @property
+    def id(self) -> tuple[int, int]:
+        return (self.number, self.resource)
+
+    @classmethod
+    def of(
+        cls, spec: RungSpec, state: str, n_splits: int, train: bool, **fields: Any
+    ) -> RungResult:
+        """A result of ``spec`` with empty scores (fields given override them)."""
+        now = time.time()
+        values: dict[str, Any] = {
+            "test_scores": [{} for _ in range(n_splits)],
+            "train_scores": [{} for _ in range(n_splits)] if train else None,
+            "fit_times": [0.0] * n_splits,
+            "score_times": [0.0] * n_splits,
+            "started": now,
+            "finished": now,
+            "worker": "",
+        }
+        values.update(fields)
+        return cls(
+            number=spec.trial,
+            params=spec.params,
+            seed=spec.seed,
+            state=state,
+            rung=spec.rung,
+            resource=spec.resource,
+            from_resource=spec.from_resource,
+            bracket=spec.bracket,
+            **values,
+        )
+
+
+@dataclass
+class _Held:
+    resource: int
+    models: list[Any] = field(default_factory=list)
+
+
+_lock = threading.Lock()
+#: worker address -> (run, trial) -> fold models trained to a resource.
+_states: dict[str, dict[tuple[str, int], _Held]] = {}
+
+
+def _take(worker: str, run: str, trial: int) -> _Held | None:
+    with _lock:
+        return _states.get(worker, {}).pop((run, trial), None)
+
+
+def _put(worker: str, run: str, trial: int, held: _Held) -> None:
+    with _lock:
+        _states.setdefault(worker, {})[(run, trial)] = held
+
+
+def drop_states(run: str, trials: list[int] | None = None, dask_worker: Any = None) -> int:
+    """Forget run ``run``'s states of ``trials`` (all of the run's if None) on this worker.
+
+    Called through ``client.run``; returns how many were dropped.
+    """
+    address = str(dask_worker.address) if dask_worker is not None else _worker_name()
+    wanted = None if trials is None else set(trials)
+    with _lock:
+        held = _states.get(address, {})
+        gone = [k for k in held if k[0] == run and (wanted is None or k[1] in wanted)]
+        for key in gone:
+            del held[key]
+    return len(gone)
+
+
+def held_states(run: str | None = None, dask_worker: Any = None) -> list[int]:
+    """The trials whose state this worker holds (of ``run``, or of every run)."""
+    address = str(dask_worker.address) if dask_worker is not None else _worker_name()
+    with _lock:
+        return sorted(t for r, t in _states.get(address, {}) if run is None or r == run)
+
+
+def _train_fold(
+    context: RungContext,
+    state: Any,
+    X: Any,
+    y: Any,
+    spec: RungSpec,
+    previous: int,
+    fit_params: dict[str, Any],
+) -> TrainStep:
+    if context.resource == "partial_fit":
+        return train_partial_fit(
+            state, X, y, spec.resource, previous, classes=context.classes, fit_params=fit_params
+        )
+    if context.resource == "n_samples":
+        return train_n_samples(
+            state, X, y, spec.resource, previous, seed=context.seed, fit_params=fit_params
+        )
+    return train_param(
+        state, X, y, spec.resource, previous, param=context.resource, fit_params=fit_params
+    )
+
+
+@dataclass
+class _Step:
+    test: list[dict[str, float]] = field(default_factory=list)
+    train: list[dict[str, float]] = field(default_factory=list)
+    fit_times: list[float] = field(default_factory=list)
+    score_times: list[float] = field(default_factory=list)
+    models: list[Any] = field(default_factory=list)
+    work: int = 0
+    continued: bool = True
+    error: str | None = None
+
+
+def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: _Held | None) -> _Step:
+    ev = context.evaluation
+    n_samples = _num_samples(data.X)
+    out = _Step()
+    for k, (train, test) in enumerate(ev.splits):
+        if held is not None:
+            state, previous = held.models[k], held.resource
+        else:
+            state = clone(ev.estimator).set_params(**clone(spec.params, safe=False))
+            previous = spec.from_resource
+        X_train, y_train = _safe_split(state, data.X, data.y, train)
+        X_test, y_test = _safe_split(state, data.X, data.y, test, train)
+        fit_params = _index_fit_params(data.fit_params, n_samples, train)
+        t0 = time.perf_counter()
+        try:
+            step = _train_fold(context, state, X_train, y_train, spec, previous, fit_params)
+            out.fit_times.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            out.test.append(_score(ev.scorer, step.estimator, X_test, y_test, ev.multimetric))
+            if ev.return_train_score:
+                out.train.append(
+                    _score(ev.scorer, step.estimator, X_train, y_train, ev.multimetric)
+                )
+            out.score_times.append(time.perf_counter() - t1)
+        except TrialTimeoutError:
+            raise
+        except Exception:
+            if ev.error_score == "raise":
+                raise
+            out.error = out.error or traceback.format_exc()
+            out.fit_times.append(time.perf_counter() - t0)
+            out.score_times.append(0.0)
+            out.test.append({})
+            out.train.append({})
+            continue
+        out.work += step.work
+        out.continued = out.continued and step.continued
+        out.models.append(step.estimator)
+    return out
+
+
+def run_rung_step(
+    data: SearchData,
+    context: RungContext,
+    spec: RungSpec,
+    worker: str,
+    stop_by: float | None = None,
+) -> RungResult:
+    """Train and score one trial's fold models up to ``spec.resource``; stop at ``stop_by``."""
+    ev = context.evaluation
+    if ev.seed_globals:
+        # As run_trial: estimators with random_state=None draw from these.
+        step_seed = int(
+            np.random.SeedSequence(spec.seed, spawn_key=(spec.resource,)).generate_state(1)[0]
+        )
+        np.random.seed(step_seed)
+        random.seed(step_seed)
+    started = time.time()
+    held = None
+    if spec.from_resource > 0:
+        held = _take(worker, context.run, spec.trial)
+        if held is not None and (
+            held.resource != spec.from_resource or len(held.models) != len(ev.splits)
+        ):
+            held = None
+    n = len(ev.splits)
+    state, error = COMPLETE, None
+    seconds, by_budget = _limit(ev, stop_by)
+    try:
+        with _deadline(seconds):
+            step = _run_folds(data, context, spec, held)
+        if step.error is not None:
+            state, error = FAILED, step.error
+    except TrialTimeoutError:
+        step = _Step(test=[{} for _ in range(n)], train=[{} for _ in range(n)])
+        step.fit_times = step.score_times = [0.0] * n
+        step.continued = False
+        if by_budget:
+            state = STOPPED
+            error = f"trial {spec.trial} was still running when the time budget ran out"
+        else:
+            state = TIMEOUT
+            error = (
+                f"TrialTimeoutError: trial {spec.trial} (resource {spec.resource}) ran past "
+                f"trial_timeout={ev.trial_timeout}s and was stopped"
+            )
+    stored = False
+    if state == COMPLETE and context.resource != "n_samples":
+        # n_samples refits every step: its models are never continued, so not kept.
+        _put(worker, context.run, spec.trial, _Held(spec.resource, step.models))
+        stored = True
+    return RungResult.of(
+        spec,
+        state,
+        n,
+        ev.return_train_score,
+        test_scores=step.test,
+        train_scores=step.train if ev.return_train_score else None,
+        fit_times=step.fit_times,
+        score_times=step.score_times,
+        started=started,
+        finished=time.time(),
+        worker=worker,
+        work=step.work / n,
+        continued=held is not None and step.continued,
+        stored=stored,
+        error=error,
+    )
+
+
+def run_rung_steps(
+    data: SearchData,
+    context: RungContext,
+    specs: list[RungSpec],
+    start_by: float | None = None,
+    stop_by: float | None = None,
+) -> list[RungResult]:
+    """Run a batch of rung steps in order (the unit of work the runner submits)."""
+    worker = _worker_name()
+    out: list[RungResult] = []
+    with _quiet_warnings():
+        for spec in specs:
+            if start_by is not None and time.time() >= start_by:
+                break
+            out.append(run_rung_step(data, context, spec, worker, stop_by))
+    return out

@@ -1,0 +1,335 @@
+"""SearchCV(scheduler=...): rung steps on a real process cluster, state kept on workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, get_task_stream
+from sklearn.datasets import load_digits, make_classification
+from sklearn.ensemble import GradientBoostingClassifier
+from sklearn.linear_model import SGDClassifier
+from sklearn.svm import SVC
+
+from dmlsearch import Float, SearchCV
+from dmlsearch._rungs import held_states
+from dmlsearch.exceptions import InvalidParameterError
+from dmlsearch.registry import Registry
+from dmlsearch.runner.loop import WorkLoop
+from dmlsearch.runner.units import Unit
+from dmlsearch.schedulers import ASHA
+from dmlsearch.testing import PowerKind, WaveSource, local_cluster
+
+pytestmark = pytest.mark.cluster
+
+SGD_SPACE = {"alpha": Float(1e-5, 1e-1, log=True)}
+
+
+@pytest.fixture(scope="module")
+def steady() -> Iterator[Client]:
+    """Two one-thread workers without work stealing, so a promotion runs where its state
+    is and the work counts are exact (with stealing, Dask may move a promotion to an idle
+    worker, which then refits: correct, but not what these tests count)."""
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = local_cluster(2)
+    with Client(cluster, set_as_default=False) as client:
+        yield client
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    X, y = load_digits(return_X_y=True)
+    return X[:450] / 16.0, y[:450]
+
+
+def _search(client: Client, estimator: Any = None, **kwargs: Any) -> SearchCV:
+    params: dict[str, Any] = {
+        "scheduler": "asha",
+        "resource": "partial_fit",
+        "min_resource": 1,
+        "max_resource": 9,
+        "cv": 3,
+        "random_state": 0,
+        "client": client,
+        "progress": False,
+        "dashboard": False,
+    }
+    params.update(kwargs)
+    space = params.pop("space", SGD_SPACE)
+    if estimator is None:
+        estimator = SGDClassifier(random_state=0)
+    return SearchCV(estimator, space, **params)
+
+
+def _highest(search: SearchCV) -> dict[int, int]:
+    r = search.cv_results_
+    out: dict[int, int] = {}
+    for trial, resource in zip(r["trial"], r["n_resources"], strict=True):
+        out[int(trial)] = max(out.get(int(trial), 0), int(resource))
+    return out
+
+
+def _check_rows(search: SearchCV) -> None:
+    r = search.cv_results_
+    pairs = list(zip(r["trial"].tolist(), r["n_resources"].tolist(), strict=True))
+    assert len(pairs) == len(set(pairs)), "a (trial, rung) row twice"
+    assert len(search.trials_) == len(pairs)
+    # best_index_ is rank 1: the best score at the highest resource reached.
+    top = r["n_resources"] == r["n_resources"].max()
+    assert r["rank_test_score"][search.best_index_] == 1
+    assert search.best_score_ == np.nanmax(r["mean_test_score"][top])
+    assert search.best_resource_ == r["n_resources"].max()
+    for trial, curve in search.history_.items():
+        assert [res for res, _ in curve] == sorted(r["n_resources"][r["trial"] == trial])
+
+
+def test_asha_partial_fit_continues_every_promotion(steady, digits):
+    X, y = digits
+    search = _search(steady, n_trials=12).fit(X, y)
+    r = search.cv_results_
+    _check_rows(search)
+    assert search.n_resources_[0] == 1 and search.n_candidates_[0] == 12
+    assert set(r["iter"]) == set(range(len(search.n_resources_)))
+    # Counted on the workers: a promotion trained only the resource it added.
+    assert float(np.sum(r["work"])) == sum(_highest(search).values())
+    promoted = r["n_resources"] > 1
+    assert promoted.any() and r["continued"][promoted].all()
+    assert not r["continued"][~promoted].any()
+    assert search.best_estimator_.t_ > 0 and search.score(X, y) > 0.5
+    # Every state of the run was dropped at the end.
+    assert all(not held for held in steady.run(held_states).values())
+
+
+def test_n_estimators_warm_start_continues(steady):
+    X, y = make_classification(n_samples=150, n_features=6, random_state=0)
+    search = _search(
+        steady,
+        GradientBoostingClassifier(max_depth=2, random_state=0),
+        space={"learning_rate": Float(0.01, 0.5, log=True)},
+        resource="n_estimators",
+        min_resource=2,
+        max_resource=18,
+        n_trials=9,
+    ).fit(X, y)
+    _check_rows(search)
+    r = search.cv_results_
+    assert float(np.sum(r["work"])) == sum(_highest(search).values())
+    assert r["continued"][r["n_resources"] > 2].all()
+    assert len(search.best_estimator_.estimators_) == search.best_resource_
+
+
+def test_estimator_without_partial_fit_or_warm_start_by_rows(client):
+    X, y = make_classification(n_samples=120, n_features=5, random_state=1)
+    search = _search(
+        client,
+        SVC(),
+        space={"C": Float(0.1, 10.0, log=True)},
+        scheduler="halving",
+        resource="n_samples",
+        min_resource=None,
+        max_resource=None,
+    ).fit(X, y)
+    _check_rows(search)
+    r = search.cv_results_
+    assert search.max_resources_ == 80  # the rows of a training fold
+    assert not r["continued"].any()
+    assert np.array_equal(r["work"], r["n_resources"].astype(float))  # each step refits
+    assert search.best_estimator_.support_vectors_.shape[0] > 0  # refitted on all rows
+
+
+def test_hyperband_runs_li_et_al_brackets(steady, digits):
+    X, y = digits
+    search = _search(
+        steady, scheduler="hyperband", max_resource=27, space={"alpha": Float(1e-4, 1e-1, log=True)}
+    ).fit(X, y)
+    r = search.cv_results_
+    _check_rows(search)
+    # R=27, eta=3: s=3: 27@1 9@3 3@9 1@27; s=2: 12@3 4@9 1@27; s=1: 6@9 2@27; s=0: 4@27.
+    want = {
+        3: {1: 27, 3: 9, 9: 3, 27: 1},
+        2: {3: 12, 9: 4, 27: 1},
+        1: {9: 6, 27: 2},
+        0: {27: 4},
+    }
+    got: dict[int, Counter[int]] = {}
+    for bracket, resource in zip(r["bracket"], r["n_resources"], strict=True):
+        got.setdefault(int(bracket), Counter())[int(resource)] += 1
+    assert {b: dict(c) for b, c in got.items()} == want
+    assert search.n_resources_ == [1, 3, 9, 27] and search.n_candidates_ == [27, 21, 13, 8]
+    assert float(np.sum(r["work"])) == sum(_highest(search).values())
+
+
+def test_halving_and_asha_give_the_same_results_twice(steady, digits):
+    X, y = digits
+
+    def rows(search: SearchCV) -> list[tuple[Any, ...]]:
+        r = search.cv_results_
+        return list(
+            zip(
+                r["trial"].tolist(),
+                r["n_resources"].tolist(),
+                r["param_alpha"].tolist(),
+                r["mean_test_score"].tolist(),
+                strict=True,
+            )
+        )
+
+    halving = [rows(_search(steady, scheduler="halving").fit(X, y)) for _ in range(2)]
+    assert halving[0] == halving[1]
+    assert Counter(res for _, res, _, _ in halving[0]) == {1: 9, 3: 3, 9: 1}
+    # ASHA decides on results as they arrive: one step at a time makes that order fixed.
+    asha = [rows(_search(steady, n_trials=8, max_concurrent_trials=1).fit(X, y)) for _ in range(2)]
+    assert asha[0] == asha[1]
+
+
+def test_median_stopping_runs_steps_and_stops_poor_trials(steady, digits):
+    X, y = digits
+    space = {"alpha": Float(1e-5, 10.0, log=True)}  # large alphas learn badly: stopped
+    search = _search(steady, scheduler="median", space=space, n_trials=12).fit(X, y)
+    r = search.cv_results_
+    _check_rows(search)
+    ladder = [1, 3, 9]
+    for curve in search.history_.values():
+        assert [res for res, _ in curve] == ladder[: len(curve)]
+    assert len(search.history_) == 12
+    assert any(len(c) < 3 for c in search.history_.values()), "no trial was stopped"
+    assert any(len(c) == 3 for c in search.history_.values())
+    assert float(np.sum(r["work"])) == sum(_highest(search).values())
+
+
+@pytest.mark.parametrize("strategy", ["random", "tpe"])
+def test_any_strategy_with_asha(steady, digits, strategy):
+    X, y = digits
+    search = _search(steady, strategy=strategy, n_trials=10).fit(X, y)
+    _check_rows(search)
+    assert sorted(search.history_) == list(range(10))
+    assert all(t.state == "complete" for t in search.trials_)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param", "match"),
+    [
+        ({"scheduler": "ahsa"}, "scheduler", "did you mean 'asha'"),
+        ({"min_resource": 10, "max_resource": 9}, "min_resource", "<= max_resource"),
+        ({"reduction_factor": 1}, "reduction_factor", ">= 2"),
+        ({"resource": "n_estimatorz"}, "resource", "has no parameter"),
+        ({"resource": None}, "resource", "needs resource"),
+        ({"max_resource": None}, "max_resource", "needs max_resource"),
+        ({"scheduler": None}, "resource", "only apply to a multi-fidelity search"),
+        (
+            {
+                "scheduler": None,
+                "resource": None,
+                "max_resource": None,
+                "min_resource": None,
+                "reduction_factor": 4,
+            },
+            "reduction_factor",
+            "only apply",
+        ),
+        ({"resource": "n_samples", "max_resource": 1000}, "max_resource", "at most the 40 rows"),
+        ({"scheduler": ASHA(1, 9), "min_resource": 1}, "scheduler", "carries its own"),
+        (
+            {"resume": True, "registry": "sqlite://", "experiment_name": "x"},
+            "resume",
+            "not supported",
+        ),
+    ],
+)
+def test_bad_input_raises_before_any_work(kwargs, param, match):
+    X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+    # No cluster at this address: any attempt to reach it would fail differently.
+    search = _search("tcp://127.0.0.1:1", **kwargs)
+    with pytest.raises(InvalidParameterError, match=match) as info:
+        search.fit(X, y)
+    assert info.value.param == param
+
+
+def test_partial_fit_resource_needs_partial_fit():
+    X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+    search = _search("tcp://127.0.0.1:1", SVC(), space={"C": [1.0, 2.0]})
+    with pytest.raises(InvalidParameterError, match="has none"):
+        search.fit(X, y)
+
+
+def test_a_worker_killed_mid_search_loses_its_states_and_the_search_completes(
+    fresh_cluster, tmp_path
+):
+    X, y = make_classification(n_samples=3000, n_features=40, random_state=0)
+    registry = Registry(f"sqlite:///{tmp_path / 'r.db'}")
+    with Client(fresh_cluster, set_as_default=False) as client:
+        pids = client.run(os.getpid)
+        victim = next(iter(pids))
+        killed: list[list[int]] = []
+
+        def killer() -> None:
+            # Kill the victim once it holds trained states and is running a step.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    held = client.run(held_states, workers=[victim]).get(victim, [])
+                    busy = client.processing([victim]).get(victim, [])
+                except Exception:
+                    return
+                if held and busy:
+                    killed.append(held)
+                    os.kill(pids[victim], signal.SIGKILL)
+                    return
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        search = _search(
+            client, n_trials=20, max_resource=27, registry=registry, experiment_name="killed"
+        ).fit(X, y)
+        thread.join()
+    assert killed, "the victim never held a state while busy"
+    _check_rows(search)
+    r = search.cv_results_
+    assert {t.state for t in search.trials_} == {"complete"}
+    assert sorted(search.history_) == list(range(20))
+    # A refit (state lost) trains the whole resource again: never less than the curve.
+    assert float(np.sum(r["work"])) >= sum(_highest(search).values())
+    assert np.array_equal(r["work"][~r["continued"]], r["n_resources"][~r["continued"]])
+    records = registry.store.get_trials(search.experiment_id_)
+    assert sorted(t.number for t in records) == list(range(20))  # each trial once
+    for record in records:
+        curve = search.history_[record.number]
+        assert record.intermediate == {str(res): score for res, score in curve}
+    registry.close()
+
+
+class _PinnedKind(PowerKind):
+    """Every task prefers one worker."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__(exponent=2)
+        self.worker = worker
+
+    def placement(self, units: list[Unit[tuple[int, float]]]) -> list[str] | None:
+        return [self.worker]
+
+
+def test_the_loop_places_a_task_where_its_kind_prefers(steady):
+    worker = sorted(steady.nthreads())[1]
+    source = WaveSource(n=12, wave=12, seconds=0.01)
+    with get_task_stream(steady) as stream:
+        WorkLoop(steady, _PinnedKind(worker), source, name="pinned").run()
+    assert source.results == {x: x * x for x in range(12)}
+    ran = {t["worker"] for t in stream.data if str(t["key"]).startswith("dmlsearch-power")}
+    assert ran == {worker}
+
+
+def test_a_preferred_worker_that_is_gone_does_not_block_the_task(steady):
+    source = WaveSource(n=4, wave=4)
+    WorkLoop(steady, _PinnedKind("tcp://127.0.0.1:9"), source, name="gone").run()
+    assert source.results == {x: x * x for x in range(4)}
