@@ -88,7 +88,24 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     strategy : {"grid", "random", "tpe", "cmaes", "gp", "nsga2"} or optuna sampler
         What to try next. Model-based strategies run Optuna samplers with ask/tell.
     n_trials : int, optional
-        Candidates to evaluate. Default: the whole grid for ``"grid"``, 10 otherwise.
+        Candidates to evaluate. Default: the whole grid for ``"grid"``, 10 otherwise
+        (with a scheduler: as many as ``"halving"``/``"hyperband"`` schedule).
+    scheduler : {"asha", "hyperband", "halving", "median"}, Scheduler or None
+        Multi-fidelity search (docs/multifidelity.md): trials train on a small budget
+        of ``resource`` first and only the promising ones get more, continuing from
+        their trained state on the worker that holds it. ``None``: every trial trains
+        in full. ``cv_results_`` then has one row per (trial, rung), as scikit-learn's
+        Halving searches, and ``history_`` each trial's learning curve.
+    resource : str, optional
+        What the budget counts (with a scheduler): ``"partial_fit"`` (calls, i.e.
+        epochs), ``"n_samples"`` (training rows) or an estimator parameter such as
+        ``"n_estimators"`` (with ``warm_start``) or ``"max_iter"``.
+    min_resource, max_resource : int, optional
+        Smallest and largest budget of a trial. ``max_resource`` is required unless
+        ``resource="n_samples"`` (default: the rows of the smallest training fold).
+    reduction_factor : int
+        ``eta``: each rung keeps the best ``1 / eta`` of the trials, at ``eta`` times the
+        budget.
     cv, scoring, refit, error_score, return_train_score
         As in scikit-learn's ``GridSearchCV``.
     random_state : int, RandomState, Generator or None
@@ -154,6 +171,11 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         *,
         strategy: Any = "random",
         n_trials: int | None = None,
+        scheduler: Any = None,
+        resource: str | None = None,
+        min_resource: int | None = None,
+        max_resource: int | None = None,
+        reduction_factor: int = 3,
         cv: Any = 5,
         scoring: Any = None,
         refit: Any = True,
@@ -177,6 +199,11 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.search_space = search_space
         self.strategy = strategy
         self.n_trials = n_trials
+        self.scheduler = scheduler
+        self.resource = resource
+        self.min_resource = min_resource
+        self.max_resource = max_resource
+        self.reduction_factor = reduction_factor
         self.cv = cv
         self.scoring = scoring
         self.refit = refit
@@ -313,6 +340,16 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     "refit", f"must be True, False, a string or a callable, got {self.refit!r}"
                 )
             refit_metric = "score"
+        if self.scheduler is None:
+            names = ("resource", "min_resource", "max_resource")
+            unused = [k for k in names if getattr(self, k) is not None]
+            unused += ["reduction_factor"] if self.reduction_factor != 3 else []
+            if unused:
+                raise InvalidParameterError(
+                    unused[0],
+                    f"{', '.join(unused)} only apply to a multi-fidelity search: set scheduler "
+                    "('asha', 'hyperband', 'halving' or 'median') or drop them",
+                )
         # Unknown parameter names fail here, on the driver, not on a worker after dispatch.
         check_space_names(self.estimator, as_space(self.search_space))
         return scoring, refit_metric
@@ -323,6 +360,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
         Every argument is validated before any work is sent to the cluster.
         """
+        if self.scheduler is not None:
+            from ._multifidelity import fit_multifidelity
+
+            return fit_multifidelity(self, X, y, groups, fit_params)
         clock = _PhaseClock()
         scoring, refit_metric = self._validate()
         space = as_space(self.search_space)
