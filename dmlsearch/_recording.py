@@ -11,6 +11,7 @@ with backoff while the search runs; the final write waits for at most ``retry_se
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import math
@@ -162,11 +163,13 @@ class SearchRecorder:
         """Trials buffered and not yet written."""
         return len(self._buffer)
 
-    def add(self, outcome: TrialOutcome) -> None:
+    def add(self, outcome: TrialOutcome, *, intermediate: dict[str, float] | None = None) -> None:
+        """Buffer ``outcome``'s record; ``intermediate``: its scores by budget (rung steps)."""
         assert self.experiment_id is not None
-        self._buffer.append(
-            TrialRecord.from_outcome(self.experiment_id, outcome, metric=self.metric)
-        )
+        record = TrialRecord.from_outcome(self.experiment_id, outcome, metric=self.metric)
+        if intermediate:
+            record = dataclasses.replace(record, intermediate=dict(intermediate))
+        self._buffer.append(record)
         if len(self._buffer) >= self.flush_size:
             self._write_if_due()
 
