@@ -1,0 +1,296 @@
+"""Gangs: k workers reserved all at once for a collective job, one pinned rank on each.
+
+Dask has no gang scheduling: two collective jobs that each start ranks on half the
+workers wait forever for their other halves. Here a job is admitted only when it can have
+all its k workers at once: admission runs under one cluster-wide :class:`distributed.Lock`
+and records the reservation on the scheduler (task metadata), so every driver on the
+cluster sees which workers a gang holds. A job that finds too few free workers waits for a
+gang to end; one that asks for more workers than the cluster has fails at once.
+
+Each rank runs as one task pinned to its worker (``workers=[w]``,
+``allow_other_workers=False``, ``pure=False``). The driver watches the ranks: when one
+raises or its worker leaves the cluster, the other ranks are cancelled and
+:class:`~dmlsearch.exceptions.GangError` names the rank and the worker, within seconds,
+never after a collective's own timeout. A cancelled rank that is blocked in a collective
+ends when its peers' connections close or its collective timeout passes (Dask cannot stop a
+running task); collective jobs must set that timeout short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import Client, Future, Lock, as_completed
+
+from ..exceptions import GangError, InvalidParameterError
+
+__all__ = ["Gang", "alive_workers", "reserve", "run_gang"]
+
+logger = logging.getLogger("dmlsearch")
+
+#: The cluster-wide lock every admission and release runs under.
+LOCK_NAME = "dmlsearch-gang-admission"
+#: Where the scheduler keeps the reservations: ``{gang_id: {"workers", "client", "name"}}``.
+METADATA_KEY = ["dmlsearch", "gangs"]
+
+#: Seconds a rank error waits for the scheduler to notice a lost worker it may be a symptom of.
+_LOSS_GRACE = 2.0
+
+
+def alive_workers(client: Client, *, running: bool = True) -> dict[str, dict[str, Any]]:
+    """The cluster's workers, address -> info: those running (not paused, not closing),
+    or with ``running=False`` every worker not closing."""
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except TypeError:  # a distributed without the n_workers argument
+        workers = client.scheduler_info().get("workers", {})
+    allowed = ("running",) if running else ("running", "paused")
+    return {a: w for a, w in workers.items() if w.get("status", "running") in allowed}
+
+
+def _connected_clients(dask_scheduler: Any) -> list[str]:
+    return [str(c) for c in dask_scheduler.clients]
+
+
+def _live_reservations(client: Client) -> dict[str, dict[str, Any]]:
+    """The recorded reservations, less those of drivers no longer connected."""
+    gangs: dict[str, dict[str, Any]] = dict(client.get_metadata(METADATA_KEY, default={}) or {})
+    try:
+        connected = set(client.run_on_scheduler(_connected_clients))
+    except Exception:  # a scheduler that refuses to run functions: keep every record
+        return gangs
+    stale = [g for g, rec in gangs.items() if rec.get("client") not in connected]
+    for gang_id in stale:
+        logger.warning(
+            "dmlsearch: releasing the workers of gang %s (its driver left the cluster)",
+            gangs[gang_id].get("name", gang_id),
+        )
+        del gangs[gang_id]
+    return gangs
+
+
+@contextlib.contextmanager
+def _admission(client: Client) -> Iterator[None]:
+    lock = Lock(LOCK_NAME, scheduler_rpc=client.scheduler, loop=client.loop)
+    if not lock.acquire(timeout=60):
+        raise GangError(f"could not take the cluster's gang lock {LOCK_NAME!r} within 60 s")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _try_admit(client: Client, k: int, gang_id: str, name: str) -> list[str] | None:
+    """Under the lock: the k workers reserved for the gang, or None if too few are free."""
+    alive = alive_workers(client)
+    if len(alive) < k:
+        raise InvalidParameterError(
+            "n_workers",
+            f"{name} needs {k} workers at once but the cluster has {len(alive)}; "
+            f"ask for at most {len(alive)} or add workers",
+        )
+    gangs = _live_reservations(client)
+    taken = {w for rec in gangs.values() for w in rec.get("workers", ())}
+    free = [w for w in sorted(alive) if w not in taken]
+    if len(free) < k:
+        return None
+    chosen = free[:k]
+    gangs[gang_id] = {"workers": chosen, "client": str(client.id), "name": name}
+    client.set_metadata(METADATA_KEY, gangs)
+    return chosen
+
+
+def _release(client: Client, gang_id: str) -> None:
+    with _admission(client):
+        gangs = dict(client.get_metadata(METADATA_KEY, default={}) or {})
+        if gangs.pop(gang_id, None) is not None:
+            client.set_metadata(METADATA_KEY, gangs)
+
+
+@dataclass
+class Gang:
+    """k workers reserved together; :meth:`run` starts one rank on each."""
+
+    client: Client
+    workers: list[str]
+    id: str
+    name: str = "gang"
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        per_rank_args: Sequence[Sequence[Any]],
+        *,
+        timeout: float | None = None,
+        on_tick: Callable[[], None] | None = None,
+        poll: float = 1.0,
+    ) -> list[Any]:
+        """Run ``fn(*per_rank_args[r])`` as rank r on ``workers[r]``; the results by rank.
+
+        Raises :class:`GangError` when a rank raises, a rank's worker leaves the cluster
+        (checked every ``poll`` seconds) or the ranks run past ``timeout`` seconds; the
+        other ranks are cancelled first. ``on_tick`` is called after each check.
+        """
+        if len(per_rank_args) != self.size:
+            raise ValueError(f"{self.size} ranks need {self.size} argument tuples")
+        prefix = f"{self.name}-{self.id}"
+        futures = [
+            self.client.submit(
+                fn,
+                *args,
+                key=f"{prefix}-rank-{r}",
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for r, (worker, args) in enumerate(zip(self.workers, per_rank_args, strict=True))
+        ]
+        try:
+            return self._watch(futures, timeout, on_tick, poll)
+        finally:
+            self.client.cancel([f for f in futures if f.status != "finished"])
+
+    def _watch(
+        self,
+        futures: list[Future],
+        timeout: float | None,
+        on_tick: Callable[[], None] | None,
+        poll: float,
+    ) -> list[Any]:
+        results: list[Any] = [None] * self.size
+        rank_of = {f.key: r for r, f in enumerate(futures)}
+        pending = set(range(self.size))
+        ends = None if timeout is None else time.monotonic() + timeout
+        done = as_completed(futures, loop=self.client.loop)
+        next_check = 0.0
+        while pending:
+            for future in done.next_batch(block=False):
+                r = rank_of[future.key]
+                if future.status != "finished":
+                    raise self._rank_failed(future, r, pending)
+                results[r] = future.result()
+                pending.discard(r)
+            if not pending:
+                break
+            if time.monotonic() >= next_check:
+                lost = self._lost(pending)
+                if lost is not None:
+                    raise lost
+                if on_tick is not None:
+                    on_tick()
+                if ends is not None and time.monotonic() > ends:
+                    raise GangError(
+                        f"{self.name}: ranks {sorted(pending)} still running after "
+                        f"timeout={timeout} s; all ranks were cancelled"
+                    )
+                next_check = time.monotonic() + poll
+            time.sleep(0.05)
+        return results
+
+    def _lost(self, pending: set[int]) -> GangError | None:
+        """The error for the first pending rank whose worker left the cluster, if any."""
+        alive = alive_workers(self.client, running=False)
+        for r in sorted(pending):
+            worker = self.workers[r]
+            if worker not in alive:
+                return GangError(
+                    f"{self.name}: worker {worker} (rank {r} of {self.size}) left the cluster; "
+                    "the other ranks were cancelled",
+                    worker=worker,
+                    rank=r,
+                )
+        return None
+
+    def _rank_failed(self, future: Future, rank: int, pending: set[int]) -> GangError:
+        # A rank that raised because a peer vanished (a collective's connection closed)
+        # is a symptom: name the lost worker if the scheduler notices one soon.
+        ends = time.monotonic() + _LOSS_GRACE
+        lost = self._lost(pending)
+        while lost is None and len(pending) > 1 and time.monotonic() < ends:
+            time.sleep(0.2)
+            lost = self._lost(pending)
+        if lost is not None:
+            return lost
+        worker = self.workers[rank]
+        try:
+            exc: BaseException | None = future.exception(timeout=5)
+        except Exception as err:  # cancelled, or the result went with its worker
+            exc = err
+        error = GangError(
+            f"{self.name}: rank {rank} of {self.size} on worker {worker} failed with "
+            f"{type(exc).__name__}: {exc}; the other ranks were cancelled",
+            worker=worker,
+            rank=rank,
+        )
+        error.__cause__ = exc
+        return error
+
+
+@contextlib.contextmanager
+def reserve(
+    client: Client, k: int, *, name: str = "gang", wait_timeout: float | None = None
+) -> Iterator[Gang]:
+    """Reserve ``k`` running workers at once for a collective job; released on exit.
+
+    Raises :class:`~dmlsearch.exceptions.InvalidParameterError` at once if the cluster has
+    fewer than ``k`` workers, and :class:`GangError` if ``k`` are not free within
+    ``wait_timeout`` seconds (``None``: wait for as long as other gangs hold them).
+    """
+    if not isinstance(k, int) or k < 1:
+        raise InvalidParameterError("n_workers", f"must be an int >= 1, got {k!r}")
+    gang_id = uuid.uuid4().hex[:12]
+    started = time.monotonic()
+    delay = 0.1
+    told = False
+    while True:
+        with _admission(client):
+            chosen = _try_admit(client, k, gang_id, name)
+        if chosen is not None:
+            break
+        if wait_timeout is not None and time.monotonic() - started > wait_timeout:
+            raise GangError(
+                f"{name}: {k} workers were not free within wait_timeout={wait_timeout} s "
+                "(other gangs hold them)"
+            )
+        if not told:
+            logger.info("dmlsearch: %s waits for %d free workers", name, k)
+            told = True
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+    try:
+        yield Gang(client, chosen, gang_id, name)
+    finally:
+        try:
+            _release(client, gang_id)
+        except Exception as exc:  # a closed client: the stale record goes at the next admission
+            logger.warning("dmlsearch: could not release gang %s: %s", name, exc)
+
+
+def run_gang(
+    client: Client,
+    fn: Callable[..., Any],
+    per_rank_args: Sequence[Sequence[Any]],
+    n_workers: int | None = None,
+    *,
+    timeout: float | None = None,
+    name: str = "gang",
+    wait_timeout: float | None = None,
+) -> list[Any]:
+    """Reserve ``n_workers`` (default: one per argument tuple) and run one rank on each.
+
+    ``fn(*per_rank_args[r])`` runs as rank r; returns the results by rank. See
+    :func:`reserve` and :meth:`Gang.run` for the errors.
+    """
+    k = len(per_rank_args) if n_workers is None else n_workers
+    with reserve(client, k, name=name, wait_timeout=wait_timeout) as gang:
+        return gang.run(fn, per_rank_args, timeout=timeout)

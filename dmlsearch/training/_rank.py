@@ -1,0 +1,143 @@
+"""One rank of a data-parallel training job: the task a gang runs on each worker."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ._checkpoint import state_bytes, state_from_bytes
+from ._sync import make_sync
+
+__all__ = ["JobSpec", "free_port", "rank_batches", "train_rank"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What every rank of one job needs (the same for all ranks; small: no data)."""
+
+    model_fn: Any
+    loss_fn: Any
+    optimizer_fn: Any
+    initial: bytes  # state_bytes() of the model (and optimizer) to start from
+    start_epoch: int
+    epochs: int
+    batch_size: int
+    steps: int  # per epoch, the same on every rank
+    sync: str
+    average_every: int
+    shuffle: bool
+    seed: int
+    host: str
+    port: int
+    world_size: int
+    timeout: float
+    checkpoint_every: int | None
+    checkpoint_var: str | None
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (run on rank 0's worker)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def rank_batches(n_rows: int, steps: int, batch_size: int, order: np.ndarray | None) -> list[Any]:
+    """The row indices (or slices) of a rank's ``steps`` batches: step t takes rows t*b..(t+1)*b."""
+    if order is None:
+        return [slice(t * batch_size, (t + 1) * batch_size) for t in range(steps)]
+    return [order[t * batch_size : (t + 1) * batch_size] for t in range(steps)]
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    if t.is_floating_point():
+        return t.to(torch.get_default_dtype())
+    if a.dtype.kind in "iu":
+        return t.to(torch.int64)  # what class-index losses expect
+    return t
+
+
+def _publish(job: JobSpec, epoch: int, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """Rank 0: hand the checkpoint to the driver through a Dask Variable (one slot)."""
+    from distributed import Variable, get_client
+
+    data = state_bytes(epoch, model, opt)
+    value = {"epoch": epoch, "data": data, "sha256": hashlib.sha256(data).hexdigest()}
+    Variable(job.checkpoint_var, client=get_client()).set(value)
+
+
+def _epoch(
+    job: JobSpec, rank: int, epoch: int, net: Any, sync: Any, opt: Any, X: Any, y: Any
+) -> dict[str, Any]:
+    order = None
+    if job.shuffle:
+        order = np.random.default_rng([job.seed, rank, epoch]).permutation(len(X))
+    started = time.perf_counter()
+    sync_before, rounds_before = sync.sync_seconds, sync.rounds
+    total = 0.0
+    for t, rows in enumerate(rank_batches(len(X), job.steps, job.batch_size, order)):
+        opt.zero_grad()
+        loss = job.loss_fn(net(X[rows]), y[rows])
+        loss.backward()
+        opt.step()
+        sync.after_step(t)
+        total += float(loss.detach())
+    sync.end_epoch(job.steps)
+    seconds = time.perf_counter() - started
+    # One small collective for the epoch's figures, averaged over the ranks.
+    stats = torch.tensor([total / job.steps, sync.sync_seconds - sync_before], dtype=torch.float64)
+    dist.all_reduce(stats)
+    stats /= job.world_size
+    return {
+        "epoch": epoch + 1,
+        "loss": float(stats[0]),
+        "seconds": seconds,
+        "samples_per_s": job.steps * job.batch_size * job.world_size / seconds,
+        "sync_s": float(stats[1]),
+        "sync_rounds": sync.rounds - rounds_before,
+    }
+
+
+def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[str, Any]:
+    """Train rank ``rank`` on its shard ``(X, y)``; rank 0 returns the final state's bytes."""
+    # Dask's nanny sets OMP_NUM_THREADS=1; use the threads the worker was given.
+    torch.set_num_threads(max(1, nthreads))
+    torch.manual_seed(job.seed + rank)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{job.host}:{job.port}",
+        rank=rank,
+        world_size=job.world_size,
+        timeout=timedelta(seconds=job.timeout),
+    )
+    try:
+        state = state_from_bytes(job.initial)
+        model = job.model_fn()
+        model.load_state_dict(state["model"])
+        model.train()
+        sync = make_sync(job.sync, model, job.average_every)
+        opt = job.optimizer_fn(model.parameters())
+        if state.get("optimizer") is not None:
+            opt.load_state_dict(state["optimizer"])
+        Xt, yt = _tensor(X), _tensor(y)
+        history = []
+        for epoch in range(job.start_epoch, job.epochs):
+            history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
+            every = job.checkpoint_every
+            if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
+                _publish(job, epoch + 1, model, opt)
+        final = state_bytes(job.epochs, model, opt) if rank == 0 else None
+        return {"rank": rank, "history": history, "state": final}
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,309 @@
+"""``DataParallelTrainer``: PyTorch data-parallel training on a gang of Dask workers.
+
+``fit`` checks everything it can on the driver, reserves ``n_workers`` workers at once
+(:mod:`dmlsearch.runner.gang`), scatters each rank's contiguous shard of rows once to its
+worker, and runs one rank per worker: ``torch.distributed`` over gloo, rendezvous on a
+port chosen at run time on rank 0's host. Rank 0 hands a checkpoint to the driver every
+``checkpoint_every`` epochs; the driver keeps the last (or stores each in the registry's
+artifact store). A rank that raises or whose worker leaves ends ``fit`` within seconds
+with :class:`~dmlsearch.exceptions.TrainingError` naming the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import logging
+import numbers
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+from distributed import Client, Variable
+from distributed.comm import get_address_host
+from sklearn.base import BaseEstimator
+
+from ..ensemble._common import check_bool, entropy_of
+from ..exceptions import GangError, InvalidParameterError, NotSupportedError, TrainingError
+from ..runner.cluster import resolve_client
+from ..runner.gang import Gang, alive_workers, reserve
+from ._checkpoint import Checkpoint, state_bytes, state_from_bytes
+from ._rank import JobSpec, free_port, train_rank
+
+__all__ = ["SYNCS", "DataParallelTrainer"]
+
+logger = logging.getLogger("dmlsearch")
+
+#: The synchronisation models ``sync`` accepts (``"ssp"`` is not built yet).
+SYNCS = ("allreduce", "average", "ssp")
+
+
+def _check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
+    if none and value is None:
+        return
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        extra = " or None" if none else ""
+        raise InvalidParameterError(name, f"expected an int >= {low}{extra}, got {value!r}")
+
+
+def _check_sync(sync: Any, staleness: Any) -> None:
+    if sync not in SYNCS:
+        close = difflib.get_close_matches(str(sync), SYNCS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
+    _check_int("staleness", staleness, 0, none=True)
+    if sync == "ssp":
+        raise NotSupportedError(
+            "sync='ssp' (bounded staleness on a parameter server) is not built yet; "
+            "use sync='allreduce' (gradients averaged every step) or sync='average' "
+            "(local SGD, parameters averaged every average_every steps)"
+        )
+
+
+def _check_data(X: Any, y: Any, rows_needed: int) -> tuple[np.ndarray, np.ndarray]:
+    for name, a in (("X", X), ("y", y)):
+        if hasattr(a, "dask") or hasattr(a, "npartitions"):
+            raise NotSupportedError(
+                f"{name} is a Dask collection; DataParallelTrainer.fit takes NumPy arrays "
+                f"for now ({name}.compute() if it fits in the driver's memory)"
+            )
+    Xa, ya = np.asarray(X), np.asarray(y)
+    if Xa.ndim < 1 or ya.ndim < 1 or len(Xa) != len(ya):
+        raise InvalidParameterError(
+            "X",
+            f"X and y must be arrays with the same number of rows, got {Xa.shape} and {ya.shape}",
+        )
+    if len(Xa) < rows_needed:
+        raise InvalidParameterError(
+            "batch_size",
+            f"{len(Xa)} rows cannot give every rank a batch: n_workers x batch_size = "
+            f"{rows_needed}; lower batch_size or n_workers",
+        )
+    return Xa, ya
+
+
+class _Checkpoints:
+    """On the driver: the checkpoints rank 0 publishes in a Dask Variable (latest only)."""
+
+    def __init__(self, client: Client, registry: Any, trainer: DataParallelTrainer) -> None:
+        self.variable = Variable(f"dmlsearch-checkpoint-{uuid.uuid4().hex}", client=client)
+        self.variable.set(None)
+        self.registry = registry
+        self.trainer = trainer
+
+    @property
+    def name(self) -> str:
+        return str(self.variable.name)
+
+    def poll(self) -> None:
+        value = self.variable.get(timeout=10)
+        last = getattr(self.trainer, "checkpoint_", None)
+        if not value or (last is not None and value["epoch"] <= last.epoch):
+            return
+        data, epoch = value["data"], int(value["epoch"])
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != value["sha256"]:
+            raise TrainingError(f"the checkpoint of epoch {epoch} was altered on its way")
+        if self.registry is not None:
+            uri, digest = self.registry.artifacts.put(data)
+            checkpoint = Checkpoint(epoch, digest, uri)
+        else:
+            checkpoint = Checkpoint(epoch, digest, None, data)
+        self.trainer.checkpoint_ = checkpoint
+        logger.info("dmlsearch: checkpoint of epoch %d (%s)", epoch, digest[:12])
+
+    def delete(self) -> None:
+        with contextlib.suppress(Exception):  # a closed client: the scheduler went with it
+            self.variable.delete()
+
+
+class DataParallelTrainer(BaseEstimator):
+    """Train a PyTorch model data-parallel on ``n_workers`` Dask workers.
+
+    ``model_fn()`` builds the ``torch.nn.Module``, ``optimizer_fn(params)`` its optimizer,
+    ``loss_fn(output, target)`` the mean loss of a batch. ``batch_size`` is per rank; an
+    epoch is ``(n // n_workers) // batch_size`` steps on every rank (the rest of a shard's
+    rows sits that epoch out). ``sync``: ``"allreduce"`` (gradients averaged every step,
+    DistributedDataParallel) or ``"average"`` (local SGD, parameters averaged every
+    ``average_every`` steps and at each epoch's end); ``"ssp"`` is not built.
+    ``timeout``: seconds a collective (and the ranks' rendezvous) may wait.
+
+    Fitted: ``model_`` (the trained module, on the driver), ``history_`` (per epoch:
+    ``loss``, ``seconds``, ``samples_per_s``, ``sync_s``, ``sync_rounds``), ``n_workers_``,
+    ``checkpoint_`` (the last :class:`Checkpoint`, or None).
+    """
+
+    def __init__(
+        self,
+        model_fn: Any,
+        loss_fn: Any,
+        optimizer_fn: Any,
+        *,
+        epochs: int = 1,
+        batch_size: int = 32,
+        sync: str = "allreduce",
+        n_workers: int = 2,
+        average_every: int = 1,
+        staleness: int | None = None,
+        shuffle: bool = True,
+        random_state: Any = None,
+        client: Any = None,
+        checkpoint_every: int | None = 1,
+        registry: Any = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.model_fn = model_fn
+        self.loss_fn = loss_fn
+        self.optimizer_fn = optimizer_fn
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.sync = sync
+        self.n_workers = n_workers
+        self.average_every = average_every
+        self.staleness = staleness
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.client = client
+        self.checkpoint_every = checkpoint_every
+        self.registry = registry
+        self.timeout = timeout
+
+    def __sklearn_clone__(self) -> DataParallelTrainer:
+        # The client and the registry are handles to shared services: shared, not copied.
+        return type(self)(**self.get_params(deep=False))
+
+    def _check_params(self) -> None:
+        for name in ("model_fn", "loss_fn", "optimizer_fn"):
+            if not callable(getattr(self, name)):
+                raise InvalidParameterError(
+                    name, f"expected a callable, got {getattr(self, name)!r}"
+                )
+        _check_int("epochs", self.epochs, 1)
+        _check_int("batch_size", self.batch_size, 1)
+        _check_int("n_workers", self.n_workers, 1)
+        _check_int("average_every", self.average_every, 1)
+        _check_int("checkpoint_every", self.checkpoint_every, 1, none=True)
+        check_bool("shuffle", self.shuffle)
+        _check_sync(self.sync, self.staleness)
+        if not isinstance(self.timeout, numbers.Real) or not self.timeout > 0:
+            raise InvalidParameterError("timeout", f"expected seconds > 0, got {self.timeout!r}")
+        if self.registry is not None and not hasattr(self.registry, "artifacts"):
+            raise InvalidParameterError(
+                "registry", f"expected a dmlsearch Registry or None, got {self.registry!r}"
+            )
+
+    def _initial_model(self, seed: int, X: np.ndarray, y: np.ndarray) -> torch.nn.Module:
+        """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = self.model_fn()
+        if not isinstance(model, torch.nn.Module):
+            raise InvalidParameterError(
+                "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
+            )
+        optimizer = self.optimizer_fn(model.parameters())
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise InvalidParameterError(
+                "optimizer_fn",
+                f"must return a torch.optim.Optimizer, returned {type(optimizer).__name__}",
+            )
+        from ._rank import _tensor
+
+        model.eval()
+        try:
+            with torch.no_grad():
+                rows = slice(0, self.batch_size)
+                self.loss_fn(model(_tensor(X[rows])), _tensor(y[rows]))
+        except Exception as exc:
+            raise InvalidParameterError(
+                "model_fn",
+                f"the model and loss_fn fail on a batch of X and y: {type(exc).__name__}: {exc}",
+            ) from exc
+        model.train()
+        return model
+
+    def fit(self, X: Any, y: Any) -> DataParallelTrainer:
+        """Train on ``(X, y)`` (NumPy arrays); returns self."""
+        self._check_params()
+        w = int(self.n_workers)
+        Xa, ya = _check_data(X, y, w * int(self.batch_size))
+        seed = entropy_of(self.random_state) % (2**31 - 1)
+        model = self._initial_model(seed, Xa, ya)
+        self.checkpoint_: Checkpoint | None = None
+        with (
+            resolve_client(self.client) as client,
+            reserve(client, w, name="training") as gang,
+        ):
+            results = self._run(client, gang, Xa, ya, model, seed)
+        model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
+        self.model_ = model
+        self.history_: list[dict[str, Any]] = results[0]["history"]
+        self.n_workers_ = w
+        return self
+
+    def _run(
+        self,
+        client: Client,
+        gang: Gang,
+        X: np.ndarray,
+        y: np.ndarray,
+        model: torch.nn.Module,
+        seed: int,
+    ) -> list[dict[str, Any]]:
+        n, w, b = len(X), gang.size, int(self.batch_size)
+        workers = alive_workers(client, running=False)
+        shards = []
+        for r, worker in enumerate(gang.workers):
+            rows = slice(r * n // w, (r + 1) * n // w)
+            # Once, to the worker that trains on it: never through the driver per epoch.
+            shards.append(client.scatter([X[rows], y[rows]], workers=[worker], hash=False))
+        first = gang.workers[0]
+        port = client.run(free_port, workers=[first])[first]
+        checkpoints = _Checkpoints(client, self.registry, self)
+        job = JobSpec(
+            model_fn=self.model_fn,
+            loss_fn=self.loss_fn,
+            optimizer_fn=self.optimizer_fn,
+            initial=state_bytes(0, model),
+            start_epoch=0,
+            epochs=int(self.epochs),
+            batch_size=b,
+            steps=(n // w) // b,
+            sync=self.sync,
+            average_every=int(self.average_every),
+            shuffle=bool(self.shuffle),
+            seed=seed,
+            host=get_address_host(first),
+            port=int(port),
+            world_size=w,
+            timeout=float(self.timeout),
+            checkpoint_every=self.checkpoint_every,
+            checkpoint_var=checkpoints.name if self.checkpoint_every else None,
+        )
+        args = [
+            (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
+            for r, wk in enumerate(gang.workers)
+        ]
+        try:
+            results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=checkpoints.poll)
+            checkpoints.poll()
+            return results
+        except GangError as exc:
+            with contextlib.suppress(Exception):  # the one published just before the loss
+                checkpoints.poll()
+            last = getattr(self, "checkpoint_", None)
+            where = (
+                f"the last checkpoint is of epoch {last.epoch} (trainer.checkpoint_)"
+                if last
+                else "no checkpoint was taken"
+            )
+            raise TrainingError(
+                f"training failed: {exc}; {where}",
+                worker=exc.worker,
+                rank=exc.rank,
+                checkpoint=last,
+            ) from exc
+        finally:
+            checkpoints.delete()

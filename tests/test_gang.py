@@ -1,0 +1,128 @@
+"""Gangs on a real process cluster: all-or-nothing admission, pinned ranks, fast failure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import pytest
+from distributed import Client, LocalCluster, get_worker
+
+from dmlsearch.exceptions import GangError, InvalidParameterError
+from dmlsearch.runner.gang import METADATA_KEY, reserve, run_gang
+from dmlsearch.testing import local_cluster
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.cluster
+
+
+def _span(tag: str, seconds: float) -> dict[str, Any]:
+    start = time.time()
+    time.sleep(seconds)
+    return {"tag": tag, "worker": get_worker().address, "start": start, "end": time.time()}
+
+
+def _prefixes(dask_scheduler: Any) -> list[str]:
+    return list(dask_scheduler.task_prefixes)
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _block(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _raise(rank: int) -> int:
+    if rank == 1:
+        raise ZeroDivisionError("rank one divides by zero")
+    time.sleep(30)
+    return rank
+
+
+@pytest.fixture(scope="module")
+def three() -> Iterator[Client]:
+    cluster: LocalCluster = local_cluster(3)
+    with Client(cluster, set_as_default=False) as c:
+        yield c
+    cluster.close()
+
+
+def test_two_gangs_of_two_on_three_workers_never_interleave(three: Client) -> None:
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def job(tag: str) -> None:
+        out[tag] = run_gang(three, _span, [(tag, 1.0), (tag, 1.0)], name=f"job-{tag}")
+
+    threads = [threading.Thread(target=job, args=(tag,)) for tag in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(out) == ["a", "b"]
+    for spans in out.values():
+        assert len({s["worker"] for s in spans}) == 2  # one rank per worker
+    first, second = sorted(out.values(), key=lambda spans: min(s["start"] for s in spans))
+    # Only one gang fits at a time: the second starts after the first has ended.
+    assert max(s["end"] for s in first) <= min(s["start"] for s in second)
+    assert three.get_metadata(METADATA_KEY, default={}) == {}
+
+
+def test_too_few_workers_fails_before_anything_runs(three: Client) -> None:
+    with pytest.raises(
+        InvalidParameterError, match="needs 4 workers at once but the cluster has 3"
+    ):
+        run_gang(three, _span, [("x", 0.0)] * 4, name="toomany")
+    # No rank was ever submitted.
+    assert not [p for p in three.run_on_scheduler(_prefixes) if p.startswith("toomany")]
+    assert three.get_metadata(METADATA_KEY, default={}) == {}
+
+
+def test_a_rank_that_raises_names_rank_and_worker(three: Client) -> None:
+    with reserve(three, 2, name="raiser") as gang:
+        with pytest.raises(GangError, match=r"rank 1 of 2 on worker .* ZeroDivisionError") as info:
+            gang.run(_raise, [(0,), (1,)])
+        assert info.value.rank == 1
+        assert info.value.worker == gang.workers[1]
+    assert three.get_metadata(METADATA_KEY, default={}) == {}
+
+
+def test_a_busy_gang_makes_the_next_wait_or_time_out(three: Client) -> None:
+    with reserve(three, 2, name="holder"):
+        with (
+            pytest.raises(GangError, match="2 workers were not free within wait_timeout"),
+            reserve(three, 2, name="waiter", wait_timeout=0.5),
+        ):
+            pass  # pragma: no cover - never admitted
+        with reserve(three, 1, name="small") as small:
+            assert small.size == 1
+
+
+def test_a_killed_rank_worker_fails_the_gang_fast_and_releases() -> None:
+    cluster = local_cluster(2)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            with reserve(client, 2, name="victim") as gang:
+                victim = gang.workers[1]
+                pid = client.run(_pid, workers=[victim])[victim]
+                timer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
+                timer.start()
+                started = time.monotonic()
+                with pytest.raises(GangError, match=f"worker {victim} .*left the cluster") as info:
+                    gang.run(_block, [(120,), (120,)])
+                elapsed = time.monotonic() - started
+                timer.join()
+                assert info.value.worker == victim
+                assert info.value.rank == 1
+                assert elapsed < 60, elapsed
+            assert client.get_metadata(METADATA_KEY, default={}) == {}
+    finally:
+        cluster.close()

@@ -1,0 +1,230 @@
+"""DataParallelTrainer on real process clusters: equivalence, validation, checkpoints, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+import torch
+from distributed import Client
+from sklearn.base import clone
+
+from dmlsearch.exceptions import InvalidParameterError, NotSupportedError, TrainingError
+from dmlsearch.registry import Registry
+from dmlsearch.runner.gang import METADATA_KEY
+from dmlsearch.testing import local_cluster
+from dmlsearch.training import DataParallelTrainer
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.cluster
+
+N, D, B, SEED = 203, 5, 10, 7  # odd N: rank 1's shard starts at row N // 2
+
+
+def model_fn() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(D, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def sgd(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(out.squeeze(-1), target)
+
+
+def not_a_module() -> Any:
+    return "a string"
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, D)).astype(np.float32)
+    return X, (X @ rng.normal(size=D)).astype(np.float32)
+
+
+def trainer(client: Any, **kwargs: Any) -> DataParallelTrainer:
+    params: dict[str, Any] = {
+        "model_fn": model_fn,
+        "loss_fn": mse,
+        "optimizer_fn": sgd,
+        "epochs": 2,
+        "batch_size": B,
+        "shuffle": False,
+        "random_state": SEED,
+        "client": client,
+    }
+    return DataParallelTrainer(**{**params, **kwargs})
+
+
+def initial_model() -> torch.nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        return model_fn()
+
+
+def local_sgd(X: np.ndarray, y: np.ndarray, epochs: int, every: int | None) -> list[torch.Tensor]:
+    """Two ranks simulated in one process; ``every=None``: one model on the ranks' batches."""
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    shards = [range(0, N // 2), range(N // 2, N)]
+    steps = (N // 2) // B
+    models = [initial_model() for _ in range(1 if every is None else 2)]
+    opts = [sgd(m.parameters()) for m in models]
+    for _ in range(epochs):
+        for t in range(steps):
+            batches = [np.asarray(s[t * B : (t + 1) * B]) for s in shards]
+            if every is None:  # the gradient of the mean loss over both ranks' batches
+                batches = [np.concatenate(batches)]
+            for m, o, rows in zip(models, opts, batches, strict=True):
+                o.zero_grad()
+                mse(m(Xt[rows]), yt[rows]).backward()
+                o.step()
+            if every is not None and ((t + 1) % every == 0 or t == steps - 1):
+                with torch.no_grad():
+                    for ps in zip(*(m.parameters() for m in models), strict=True):
+                        mean = sum(p.data for p in ps) / 2
+                        for p in ps:
+                            p.data.copy_(mean)
+    return [p.detach() for p in models[0].parameters()]
+
+
+def assert_weights(model: torch.nn.Module, expected: list[torch.Tensor]) -> None:
+    for got, want in zip(model.parameters(), expected, strict=True):
+        np.testing.assert_allclose(got.detach().numpy(), want.numpy(), atol=1e-5)
+
+
+def test_allreduce_equals_single_process_sgd_on_concatenated_batches(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    fitted = trainer(client, sync="allreduce").fit(*data)
+    assert_weights(fitted.model_, local_sgd(*data, epochs=2, every=None))
+    assert fitted.n_workers_ == 2
+    assert [h["epoch"] for h in fitted.history_] == [1, 2]
+    assert all(h["sync_rounds"] == (N // 2) // B for h in fitted.history_)
+    assert fitted.history_[1]["loss"] < fitted.history_[0]["loss"]
+    assert client.get_metadata(METADATA_KEY, default={}) == {}
+
+
+def test_average_every_step_equals_allreduce_and_every_k_is_local_sgd(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    every_step = trainer(client, sync="average", average_every=1).fit(*data)
+    assert_weights(every_step.model_, local_sgd(*data, epochs=2, every=None))
+    every_3 = trainer(client, sync="average", average_every=3).fit(*data)
+    assert_weights(every_3.model_, local_sgd(*data, epochs=2, every=3))
+    # 10 steps an epoch: averaged after steps 3, 6, 9 and at the epoch's end.
+    assert [h["sync_rounds"] for h in every_3.history_] == [4, 4]
+
+
+def test_shuffle_is_reproducible_with_random_state(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    a = trainer(client, shuffle=True).fit(*data)
+    b = trainer(client, shuffle=True).fit(*data)
+    assert_weights(a.model_, [p.detach() for p in b.model_.parameters()])
+    assert a.history_[0]["loss"] != trainer(client).fit(*data).history_[0]["loss"]
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"n_workers": 3}, InvalidParameterError, "needs 3 workers at once but the cluster has 2"),
+        ({"batch_size": 102}, InvalidParameterError, "n_workers x batch_size = 204"),
+        ({"model_fn": not_a_module}, InvalidParameterError, "must return a torch.nn.Module"),
+        ({"sync": "allreduc"}, InvalidParameterError, "did you mean 'allreduce'"),
+        ({"sync": "ssp"}, NotSupportedError, "not built yet; use sync='allreduce'"),
+        (
+            {"sync": "ssp", "staleness": -1},
+            InvalidParameterError,
+            "staleness: expected an int >= 0",
+        ),
+        ({"average_every": 0}, InvalidParameterError, "average_every: expected an int >= 1"),
+        ({"epochs": 0}, InvalidParameterError, "epochs: expected an int >= 1"),
+        ({"batch_size": 0}, InvalidParameterError, "batch_size: expected an int >= 1"),
+        ({"optimizer_fn": lambda p: None}, InvalidParameterError, "torch.optim.Optimizer"),
+        ({"loss_fn": torch.nn.functional.cross_entropy}, InvalidParameterError, "fail on a batch"),
+    ],
+)
+def test_bad_input_fails_before_any_rank_starts(
+    client: Client,
+    data: tuple[np.ndarray, np.ndarray],
+    params: dict[str, Any],
+    error: type,
+    match: str,
+) -> None:
+    before = len(client.run_on_scheduler(_training_tasks))
+    with pytest.raises(error, match=match):
+        trainer(client, **params).fit(*data)
+    assert len(client.run_on_scheduler(_training_tasks)) == before
+
+
+def _training_tasks(dask_scheduler: Any) -> list[str]:
+    return [str(k) for k in dask_scheduler.task_prefixes if str(k).startswith("training")]
+
+
+def test_clone_round_trips_and_shares_client_and_registry(client: Client, tmp_path: Any) -> None:
+    with Registry(f"sqlite:///{tmp_path / 'reg.db'}") as registry:
+        t = trainer(client, registry=registry, sync="average", average_every=4)
+        c = clone(t)
+        assert c.get_params() == t.get_params()
+        assert c.client is client and c.registry is registry
+
+
+def test_checkpoints_kept_on_driver_or_in_the_registry(
+    client: Client, data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    t = trainer(client, epochs=3, checkpoint_every=2).fit(*data)
+    assert t.checkpoint_ is not None and t.checkpoint_.epoch == 2 and t.checkpoint_.uri is None
+    assert t.checkpoint_.load()["epoch"] == 2
+    with Registry(f"sqlite:///{tmp_path / 'reg.db'}") as registry:
+        r = trainer(client, epochs=2, registry=registry).fit(*data)
+        ckpt = r.checkpoint_
+        assert ckpt is not None and ckpt.epoch == 2 and ckpt.data is None and ckpt.uri
+        assert registry.artifacts.exists(ckpt.sha256)
+        state = ckpt.load(registry)
+        for name, value in r.model_.state_dict().items():
+            assert torch.equal(state["model"][name], value)
+    assert trainer(client, checkpoint_every=None).fit(*data).checkpoint_ is None
+
+
+def test_a_killed_rank_worker_ends_fit_fast_naming_it(data: tuple[np.ndarray, np.ndarray]) -> None:
+    cluster = local_cluster(2)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            t = trainer(client, epochs=100_000)
+            victim = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+            pid = client.run(_pid, workers=[victim])[victim]
+
+            def kill_once_training() -> None:
+                ends = time.monotonic() + 60
+                while getattr(t, "checkpoint_", None) is None and time.monotonic() < ends:
+                    time.sleep(0.1)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(time.monotonic())
+
+            killed: list[float] = []
+            thread = threading.Thread(target=kill_once_training)
+            thread.start()
+            with pytest.raises(TrainingError, match=f"worker {victim} .*left the cluster") as info:
+                t.fit(*data)
+            raised = time.monotonic()
+            thread.join()
+            assert info.value.worker == victim
+            assert info.value.checkpoint is not None  # training had reached an epoch's end
+            assert raised - killed[0] < 60
+            assert client.get_metadata(METADATA_KEY, default={}) == {}
+    finally:
+        cluster.close()
