@@ -21,8 +21,7 @@ import io
 import json
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -371,73 +370,8 @@ def release(refs: Sequence[OofRef], client: Any) -> int:
     return total
 
 
-def search_refs(search: Any, param: str = "search") -> dict[int, OofRef]:
-    """The references a fitted SearchCV holds, by trial number (completed trials only).
-
-    Trials restored from the registry by a resume have no reference in memory: their
-    files are listed in the experiment's folder.
-    """
-    from ._states import COMPLETE
-
-    if not hasattr(search, "trials_"):
-        raise InvalidParameterError(
-            param, "the search is not fitted: call its fit(X, y) first (with keep_oof=True)"
-        )
-    if not getattr(search, "keep_oof", False):
-        raise InvalidParameterError(
-            param,
-            "the search was fitted with keep_oof=False, so it kept no out-of-fold "
-            "predictions; fit it again as SearchCV(..., keep_oof=True)",
-        )
-    complete = {t.number for t in search.trials_ if t.state == COMPLETE}
-    refs = {t.number: t.oof for t in search.trials_ if t.oof is not None and t.number in complete}
-    if len(refs) < len(complete) and search.registry is not None:
-        from .registry import as_registry
-
-        registry = as_registry(search.registry)
-        try:
-            folder = experiment_folder(registry, registry.experiment(search.experiment_name_))
-            stored = list_files(registry.artifacts.url, folder)
-        finally:
-            if registry is not search.registry:
-                registry.close()
-        refs.update({n: r for n, r in stored.items() if n in complete and n not in refs})
-    return refs
-
-
 def for_search(search: Any, trial: int) -> np.ndarray:
-    """``SearchCV.oof_predictions``: one trial's out-of-fold predictions."""
-    refs = search_refs(search)
-    if trial not in refs:
-        shown = sorted(refs)[:10]
-        raise InvalidParameterError(
-            "trial",
-            f"no out-of-fold predictions for trial {trial!r}: the search kept them for "
-            f"completed trials {shown}{' ...' if len(refs) > 10 else ''}",
-        )
-    with _reader(search.client) as client:
-        found, lost = load([refs[trial]], client)
-    if lost:
-        raise LookupError(
-            f"the out-of-fold predictions of trial {trial} were kept in the memory of worker "
-            f"{refs[trial].location}, which has left the cluster (or restarted); a search "
-            "with a registry keeps them in its artifact store instead"
-        )
-    return found[trial][1]
+    """``SearchCV.oof_predictions`` (the reading side lives with ensemble selection)."""
+    from .ensemble._selection_source import trial_predictions
 
-
-@contextmanager
-def _reader(client: Any) -> Iterator[Any]:
-    """A client on the cluster holding worker-memory predictions (None if there is none)."""
-    from distributed import Client
-
-    if isinstance(client, Client):
-        yield client
-    elif isinstance(client, str):
-        with Client(client, set_as_default=False, timeout="10s") as c:
-            yield c
-    else:
-        try:
-            yield Client.current()
-        except ValueError:
-            yield None
+    return trial_predictions(search, trial)

@@ -10,9 +10,12 @@ from sklearn.datasets import load_diabetes, load_iris
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold, cross_val_predict
 from sklearn.svm import LinearSVC
-from sklearn.tree import DecisionTreeClassifier
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from dmlsearch import InvalidParameterError, Registry, SearchCV
+from dmlsearch import AllTrialsFailedError, InvalidParameterError, Registry, SearchCV
+from dmlsearch.ensemble import EnsembleSelection, release_oof
+from dmlsearch.ensemble._selection_algo import diversity, ensemble_selection
+from dmlsearch.testing import FailingClassifier
 
 pytestmark = pytest.mark.cluster
 
@@ -72,6 +75,10 @@ def test_oof_of_decision_function_and_regressors(client):
     ).fit(Xr, yr)
     expected = cross_val_predict(Ridge(alpha=10.0), Xr, yr, cv=cv)
     np.testing.assert_array_equal(search.oof_predictions(1), expected.astype(np.float32))
+    # Freed from the workers' memory on request; reading them then says why they are gone.
+    assert release_oof(search) == 2
+    with pytest.raises(LookupError, match="left the cluster"):
+        search.oof_predictions(1)
 
 
 def test_keep_oof_false_keeps_nothing(client, iris, tree_search):
@@ -128,3 +135,158 @@ def test_oof_go_to_the_registry_artifact_store(client, iris, tmp_path):
         # The registry's garbage collection leaves them alone (they are not model blobs).
         registry.gc(grace_seconds=0)
         np.testing.assert_array_equal(search.oof_predictions(2), expected.astype(np.float32))
+
+
+# -- the greedy algorithm alone --------------------------------------------------------------
+
+
+def accuracy_of(y: np.ndarray):
+    return lambda p: float(np.mean(p.argmax(axis=1) == y))
+
+
+def test_greedy_selection_finds_the_complementary_pair():
+    # Four rows, two classes. Model 0 is right on rows 0-2, model 1 on rows 1-3 with more
+    # confidence on row 3; alone each scores 3/4, averaged they get all 4 right. Model 2 is
+    # always wrong. Starting from the best single model (0), the climb adds 1 and stops.
+    y = np.array([0, 1, 0, 1])
+    P = np.array(
+        [
+            [[0.9, 0.1], [0.4, 0.6], [0.8, 0.2], [0.6, 0.4]],
+            [[0.4, 0.6], [0.3, 0.7], [0.7, 0.3], [0.1, 0.9]],
+            [[0.1, 0.9], [0.9, 0.1], [0.2, 0.8], [0.9, 0.1]],
+        ]
+    )
+    sel = ensemble_selection(P, accuracy_of(y), ensemble_size=5, n_init=1)
+    assert sel.single.tolist() == [0.75, 0.75, 0.0]
+    assert sel.counts.tolist() == [1, 1, 0] and sel.score == 1.0
+    assert sel.path[:2] == [0.75, 1.0]
+    # n_init=3 would start from all three (score 0.5 < 1.0 for the pair): N=2 is chosen.
+    sel = ensemble_selection(P, accuracy_of(y), ensemble_size=5, n_init=3)
+    assert sel.n_init == 2 and sel.counts.tolist() == [1, 1, 0]
+
+
+def test_greedy_selection_weights_by_replacement():
+    # Regression: the target is 0.75*a + 0.25*b of two models; with replacement and
+    # ensemble_size=4 the best mix is a, a, a, b (weights 3/4 and 1/4).
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=50), rng.normal(size=50)
+    y = 0.75 * a + 0.25 * b
+    P = np.stack([a, b, rng.normal(size=50)])
+    sel = ensemble_selection(P, lambda p: -float(np.mean((p - y) ** 2)), 4, n_init=1)
+    assert sel.counts.tolist() == [3, 1, 0]
+    assert sel.score == pytest.approx(0.0)
+    disagreement, correlation = diversity(P, classifier=False)
+    assert disagreement[0, 0] == 0 and disagreement[0, 1] == pytest.approx(np.abs(a - b).mean())
+    assert correlation[0, 1] == pytest.approx(np.corrcoef(a, b)[0, 1])
+
+
+# -- EnsembleSelection -----------------------------------------------------------------------
+
+
+def test_selection_over_a_classifier_search(tree_search, iris):
+    X, y = iris
+    ens = EnsembleSelection(tree_search, ensemble_size=10, n_init=3, random_state=0).fit(X, y)
+    numbers = {t.number for t in tree_search.trials_}
+    assert set(ens.members_) <= numbers and len(ens.members_) == len(ens.estimators_)
+    assert ens.weights_.sum() == pytest.approx(1.0) and (ens.weights_ > 0).all()
+    # Accuracy of each trial's out-of-fold predictions, computed here from the OOF.
+    single = {
+        n: float(np.mean(np.unique(y)[tree_search.oof_predictions(n).argmax(axis=1)] == y))
+        for n in numbers
+    }
+    assert ens.single_scores_ == pytest.approx({n: single[n] for n in ens.single_scores_})
+    assert ens.oof_score_ >= max(single.values())
+    assert ens.oof_score_ == pytest.approx(max(ens.score_path_))
+    proba = ens.predict_proba(X)
+    assert proba.shape == (len(X), 3) and np.allclose(proba.sum(axis=1), 1.0)
+    assert set(ens.predict(X)) <= set(y) and ens.score(X, y) > 0.9
+    k = len(ens.members_)
+    assert ens.diversity_["members"] == ens.members_
+    assert ens.diversity_["disagreement"].shape == (k, k) == ens.diversity_["correlation"].shape
+    # The same refits with the same random_state: the same ensemble.
+    again = EnsembleSelection(tree_search, ensemble_size=10, n_init=3, random_state=0).fit(X, y)
+    assert again.members_ == ens.members_
+    np.testing.assert_array_equal(again.predict_proba(X), proba)
+    assert clone(ens).get_params()["search"] is tree_search
+
+
+def test_selection_over_a_regressor_search(client):
+    X, y = load_diabetes(return_X_y=True)
+    search = SearchCV(
+        DecisionTreeRegressor(random_state=0),
+        {"max_depth": [2, 3, 4, 6], "min_samples_leaf": [1, 10, 30]},
+        strategy="grid",
+        cv=KFold(3, shuffle=True, random_state=0),
+        client=client,
+        keep_oof=True,
+    ).fit(X, y)
+    ens = EnsembleSelection(search, ensemble_size=20, scoring="neg_mean_squared_error").fit(X, y)
+    best = max(-float(np.mean((search.oof_predictions(t.number) - y) ** 2)) for t in search.trials_)
+    assert ens.oof_score_ >= best - 1e-6
+    assert not hasattr(ens, "predict_proba")
+    by_hand = sum(w * m.predict(X) for w, m in zip(ens.weights_, ens.estimators_, strict=True))
+    np.testing.assert_allclose(ens.predict(X), by_hand)
+
+
+def test_bad_inputs_fail_before_any_work(client, iris, tree_search):
+    X, y = iris
+    with pytest.raises(InvalidParameterError, match="ensemble_size"):
+        EnsembleSelection(tree_search, ensemble_size=0).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="n_init"):
+        EnsembleSelection(tree_search, ensemble_size=3, n_init=4).fit(X, y)
+    unfitted = SearchCV(LogisticRegression(), {"C": [1.0]}, keep_oof=True)
+    with pytest.raises(InvalidParameterError, match="not fitted"):
+        EnsembleSelection(unfitted).fit(X, y)
+    plain = SearchCV(LogisticRegression(max_iter=1000), {"C": [1.0]}, cv=CV, client=client)
+    plain.fit(X, y)
+    with pytest.raises(InvalidParameterError, match=r"keep_oof=True\)"):
+        EnsembleSelection(plain).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="rows"):
+        EnsembleSelection(tree_search).fit(X[:100], y[:100])
+    with pytest.raises(InvalidParameterError, match="registry"):
+        EnsembleSelection("some-experiment").fit(X, y)
+
+
+def test_a_search_whose_trials_all_failed(client, iris, tmp_path):
+    X, y = iris
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    with pytest.raises(AllTrialsFailedError):
+        SearchCV(
+            FailingClassifier(fail=True),
+            {"parameter": [1.0, 2.0]},
+            cv=CV,
+            client=client,
+            keep_oof=True,
+            registry=url,
+            experiment_name="bad",
+        ).fit(X, y)
+    with pytest.raises(AllTrialsFailedError, match="no completed trial"):
+        EnsembleSelection("bad", registry=url).fit(X, y)
+
+
+def test_selection_from_a_registry_experiment(client, iris, tmp_path):
+    X, y = iris
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    search = SearchCV(
+        DecisionTreeClassifier(random_state=0),
+        TREES,
+        strategy="grid",
+        cv=CV,
+        client=client,
+        keep_oof=True,
+        registry=url,
+        experiment_name="trees",
+        random_state=0,
+    ).fit(X, y)
+    from_search = EnsembleSelection(search, ensemble_size=10, random_state=0).fit(X, y)
+    by_name = EnsembleSelection(
+        "trees", ensemble_size=10, registry=url, client=client, random_state=0
+    ).fit(X, y)
+    assert by_name.members_ == from_search.members_
+    np.testing.assert_array_equal(by_name.weights_, from_search.weights_)
+    assert by_name.oof_score_ == from_search.oof_score_
+    np.testing.assert_array_equal(by_name.predict_proba(X), from_search.predict_proba(X))
+    with pytest.raises(InvalidParameterError, match="classes"):
+        EnsembleSelection("trees", registry=url, client=client).fit(
+            X, np.where(y == "setosa", "a", y)
+        )

@@ -5,6 +5,8 @@
   from its own seed, so results do not depend on the cluster or the batching.
 * :class:`StackingClassifier`, :class:`StackingRegressor`: each (base estimator x fold)
   fit, and each base estimator's refit on all rows, is a unit; one fold assignment.
+* :class:`EnsembleSelection`: Caruana's greedy selection over the trials of a search
+  fitted with ``keep_oof=True``; the chosen members are refitted as units.
 
 See docs/ensembles.md. Worker processes import only :mod:`dmlsearch.ensemble._members`.
 """
@@ -19,22 +21,28 @@ from ._members import MemberError, MemberFitError, MemberLostError
 __all__ = [
     "BaggingClassifier",
     "BaggingRegressor",
+    "EnsembleSelection",
     "MemberError",
     "MemberFitError",
     "MemberLostError",
     "StackingClassifier",
     "StackingRegressor",
+    "release_oof",
 ]
 
 _LAZY = {
     "BaggingClassifier": ".bagging",
     "BaggingRegressor": ".bagging",
+    "EnsembleSelection": ".selection",
     "StackingClassifier": ".stacking",
     "StackingRegressor": ".stacking",
+    "release_oof": "._selection_source",
 }
 
 if TYPE_CHECKING:
+    from ._selection_source import release_oof
     from .bagging import BaggingClassifier, BaggingRegressor
+    from .selection import EnsembleSelection
     from .stacking import StackingClassifier, StackingRegressor
 
 

@@ -1,0 +1,243 @@
+"""Where ensemble selection finds its library: a fitted SearchCV or a registry experiment.
+
+Either way: the estimator to refit members from, each candidate trial's parameters and
+rank, and references to its out-of-fold predictions (read only for the candidates kept).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import is_classifier
+
+from .. import _oof
+from .._states import COMPLETE
+from ..exceptions import AllTrialsFailedError, InvalidParameterError
+
+__all__ = [
+    "Candidate",
+    "Library",
+    "library_of",
+    "reader",
+    "release_oof",
+    "search_refs",
+    "trial_predictions",
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One trial that may join the ensemble."""
+
+    number: int
+    value: float
+    params: dict[str, Any]
+    ref: _oof.OofRef
+
+
+@dataclass
+class Library:
+    """The best ``max_candidates`` trials of a search, best first."""
+
+    estimator: Any
+    classifier: bool
+    candidates: list[Candidate]
+    scoring: Any
+    #: The search's classes and row count, when recorded (a registry experiment).
+    classes: np.ndarray | None = None
+    n_samples: int | None = None
+    #: Where worker-memory predictions live (the search's own client), if anywhere.
+    client: Any = None
+    where: str = "the search"
+
+
+def _best(candidates: list[Candidate], max_candidates: int, where: str) -> list[Candidate]:
+    if not candidates:
+        raise AllTrialsFailedError(
+            f"{where} has no completed trial with out-of-fold predictions: there is "
+            "nothing to select an ensemble from"
+        )
+    # Best first; a NaN objective (a non-finite score) last; ties by trial number.
+    ranked = sorted(
+        candidates, key=lambda c: (-c.value if math.isfinite(c.value) else math.inf, c.number)
+    )
+    return ranked[:max_candidates]
+
+
+def library_of(search: Any, registry: Any, max_candidates: int) -> Library:
+    """The library of ``search``: a fitted SearchCV, or an experiment name of ``registry``."""
+    if isinstance(search, str):
+        return _from_registry(search, registry, max_candidates)
+    if registry is not None:
+        raise InvalidParameterError(
+            "registry", "is only used with search=<experiment name>; a fitted SearchCV knows it"
+        )
+    if not hasattr(search, "trials_") and not hasattr(search, "keep_oof"):
+        raise InvalidParameterError(
+            "search",
+            f"expected a fitted dmlsearch.SearchCV or a registry experiment name, got "
+            f"{type(search).__name__}",
+        )
+    refs = search_refs(search)
+    frame = search.trials_dataframe()
+    values = dict(zip(frame["number"], frame["value"], strict=True))
+    candidates = [
+        Candidate(t.number, float(values[t.number]), t.params, refs[t.number])
+        for t in search.trials_
+        if t.number in refs
+    ]
+    scoring = search.scoring
+    if search.multimetric_ and isinstance(search.refit, str):
+        scoring = scoring[search.refit] if isinstance(scoring, dict) else search.refit
+    return Library(
+        search.estimator,
+        is_classifier(search.estimator),
+        _best(candidates, max_candidates, "the search"),
+        scoring,
+        client=search.client,
+    )
+
+
+def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
+    from ..registry import NotFoundError, as_registry
+
+    if registry is None:
+        raise InvalidParameterError(
+            "registry", f"search={name!r} names an experiment: pass the registry that holds it"
+        )
+    reg = as_registry(registry)
+    try:
+        experiment = reg.experiment(name)
+        folder = _oof.experiment_folder(reg, experiment)
+        meta = _oof.read_meta(reg.artifacts.url, folder)
+        where = f"experiment {name!r}"
+        if meta is None:
+            raise InvalidParameterError(
+                "search",
+                f"{where} was run without keep_oof=True, so no out-of-fold predictions were "
+                "kept; run it again as SearchCV(..., keep_oof=True, registry=...)",
+            )
+        files = _oof.list_files(reg.artifacts.url, folder)
+        candidates = [
+            Candidate(t.number, float(t.value), dict(t.params), files[t.number])
+            for t in reg.store.get_trials(experiment.id)
+            if t.state == COMPLETE and t.value is not None and t.number in files
+        ]
+        candidates = _best(candidates, max_candidates, where)
+        try:
+            estimator = reg.load_model(name)
+        except NotFoundError:
+            raise InvalidParameterError(
+                "search",
+                f"{where} registered no model (was it run with refit=False?), so the "
+                "estimator to refit the members from is unknown; pass the fitted SearchCV",
+            ) from None
+    finally:
+        if reg is not registry:
+            reg.close()
+    classes = meta.get("classes")
+    return Library(
+        estimator,
+        classes is not None,
+        candidates,
+        _stored_scoring(experiment.config.get("scoring")),
+        classes=None if classes is None else np.asarray(classes),
+        n_samples=int(meta["n_samples"]),
+        where=where,
+    )
+
+
+def _stored_scoring(text: Any) -> Any:
+    """The search's ``scoring`` from the ``repr`` an experiment records: a name or None."""
+    try:
+        value = ast.literal_eval(text) if isinstance(text, str) else None
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def search_refs(search: Any, param: str = "search") -> dict[int, _oof.OofRef]:
+    """The references a fitted SearchCV holds, by trial number (completed trials only).
+
+    Trials restored from the registry by a resume have no reference in memory: their
+    files are listed in the experiment's folder.
+    """
+    if not hasattr(search, "trials_"):
+        raise InvalidParameterError(
+            param, "the search is not fitted: call its fit(X, y) first (with keep_oof=True)"
+        )
+    if not getattr(search, "keep_oof", False):
+        raise InvalidParameterError(
+            param,
+            "the search was fitted with keep_oof=False, so it kept no out-of-fold "
+            "predictions; fit it again as SearchCV(..., keep_oof=True)",
+        )
+    complete = {t.number for t in search.trials_ if t.state == COMPLETE}
+    refs = {t.number: t.oof for t in search.trials_ if t.oof is not None and t.number in complete}
+    if len(refs) < len(complete) and search.registry is not None:
+        from ..registry import as_registry
+
+        registry = as_registry(search.registry)
+        try:
+            folder = _oof.experiment_folder(registry, registry.experiment(search.experiment_name_))
+            stored = _oof.list_files(registry.artifacts.url, folder)
+        finally:
+            if registry is not search.registry:
+                registry.close()
+        refs.update({n: r for n, r in stored.items() if n in complete and n not in refs})
+    return refs
+
+
+def trial_predictions(search: Any, trial: int) -> np.ndarray:
+    """``SearchCV.oof_predictions``: one trial's out-of-fold predictions."""
+    refs = search_refs(search)
+    if trial not in refs:
+        shown = sorted(refs)[:10]
+        raise InvalidParameterError(
+            "trial",
+            f"no out-of-fold predictions for trial {trial!r}: the search kept them for "
+            f"completed trials {shown}{' ...' if len(refs) > 10 else ''}",
+        )
+    with reader(search.client) as client:
+        found, lost = _oof.load([refs[trial]], client)
+    if lost:
+        raise LookupError(
+            f"the out-of-fold predictions of trial {trial} were kept in the memory of worker "
+            f"{refs[trial].location}, which has left the cluster (or restarted); a search "
+            "with a registry keeps them in its artifact store instead"
+        )
+    return found[trial][1]
+
+
+@contextmanager
+def reader(client: Any) -> Iterator[Any]:
+    """A client on the cluster holding worker-memory predictions (None if there is none)."""
+    from distributed import Client
+
+    if isinstance(client, Client):
+        yield client
+    elif isinstance(client, str):
+        with Client(client, set_as_default=False, timeout="10s") as c:
+            yield c
+    else:
+        try:
+            yield Client.current()
+        except ValueError:
+            yield None
+
+
+def release_oof(search: Any) -> int:
+    """Free the out-of-fold predictions that ``search`` keeps in its workers' memory.
+
+    Returns how many trials' predictions were dropped (files in a registry's artifact
+    store are left: they go with the experiment's folder).
+    """
+    refs = search_refs(search)
+    with reader(search.client) as client:
+        return _oof.release(list(refs.values()), client)
