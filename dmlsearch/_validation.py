@@ -10,14 +10,24 @@ can call it for every candidate at negligible cost.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, MutableMapping
+import numbers
+from collections.abc import Iterable, Mapping, MutableMapping
 from itertools import islice, product
 from typing import Any
+
+import numpy as np
 
 from .exceptions import InvalidParameterError
 from .space import Categorical, SearchSpace
 
-__all__ = ["CandidateCache", "check_candidate", "check_space_names"]
+__all__ = [
+    "CandidateCache",
+    "check_candidate",
+    "check_cv",
+    "check_search_params",
+    "check_space_names",
+    "cv_splits",
+]
 
 #: Shape of a candidate -> None (its names are valid) or the message of the error.
 CandidateCache = MutableMapping[tuple[Any, ...], str | None]
@@ -77,15 +87,15 @@ def _unknown(params: Mapping[str, Any], names: set[str]) -> list[str]:
     return unknown
 
 
-def _message(
-    estimator: Any, params: Mapping[str, Any], unknown: list[str], names: set[str]
-) -> str:
+def _message(estimator: Any, params: Mapping[str, Any], unknown: list[str], names: set[str]) -> str:
     parts = []
     for name in unknown:
         prefix = name.rpartition("__")[0]
         # Siblings: the names at the same level as the unknown one.
         level = sorted(
-            n for n in names if n.rpartition("__")[0] == prefix and n.count("__") == name.count("__")
+            n
+            for n in names
+            if n.rpartition("__")[0] == prefix and n.count("__") == name.count("__")
         )
         if prefix and not level and prefix in names:
             value = f" ({prefix}={params[prefix]!r})" if prefix in params else ""
@@ -173,3 +183,85 @@ def check_space_names(
         options = [_representatives(sub[key]) for key in keys]
         for combo in islice(product(*options), _MAX_COMBINATIONS):
             check_candidate(estimator, dict(zip(keys, combo, strict=True)), cache)
+
+
+# -- SearchCV's own parameters ------------------------------------------------------------------
+
+
+def check_cv(cv: Any) -> None:
+    """``cv`` as scikit-learn takes it: None, an int >= 2, a splitter or an iterable of splits."""
+    if cv is None or hasattr(cv, "split"):
+        return
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, (bool, np.bool_)):
+        if cv < 2:
+            raise InvalidParameterError("cv", f"needs at least 2 folds, got cv={cv!r}")
+        return
+    if isinstance(cv, (str, bytes, Mapping)) or not isinstance(cv, Iterable):
+        raise InvalidParameterError(
+            "cv",
+            "expected an int >= 2, a splitter (KFold(5), say) or a list of (train, test) "
+            f"index arrays, got {type(cv).__name__} {cv!r}",
+        )
+
+
+def check_search_params(search: Any) -> None:
+    """What ``SearchCV._validate`` checks before its own checks: the estimator, ``cv``,
+    ``return_train_score``."""
+    estimator = search.estimator
+    if isinstance(estimator, type):
+        raise InvalidParameterError(
+            "estimator",
+            f"got the class {estimator.__name__}, not an estimator: write "
+            f"{estimator.__name__}() (with its parameters)",
+        )
+    check_cv(search.cv)
+    if not isinstance(search.return_train_score, (bool, np.bool_)):
+        raise InvalidParameterError(
+            "return_train_score", f"must be True or False, got {search.return_train_score!r}"
+        )
+
+
+def _check_split(i: int, train: Any, test: Any, n_samples: int) -> tuple[Any, Any]:
+    pair = []
+    for name, part in (("train", train), ("test", test)):
+        idx = np.asarray(part)
+        if idx.dtype == bool and idx.shape == (n_samples,):
+            idx = np.flatnonzero(idx)
+        if idx.ndim != 1 or not (idx.size == 0 or np.issubdtype(idx.dtype, np.integer)):
+            raise InvalidParameterError(
+                "cv", f"split {i}: {name} must be a 1-d array of row indices, got {part!r}"
+            )
+        if idx.size == 0:
+            raise InvalidParameterError("cv", f"split {i}: the {name} part is empty")
+        if idx.min() < -n_samples or idx.max() >= n_samples:
+            raise InvalidParameterError(
+                "cv", f"split {i}: {name} indices must be in [0, {n_samples}), got {part!r}"
+            )
+        pair.append(idx)
+    return pair[0], pair[1]
+
+
+def cv_splits(
+    cv: Any, X: Any, y: Any, groups: Any, *, classifier: bool
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (train, test) index arrays of ``cv`` on this data; InvalidParameterError('cv')
+    for a splitter that cannot split it (more folds than rows, say) or a malformed split."""
+    from sklearn.model_selection import check_cv as sklearn_check_cv
+
+    check_cv(cv)
+    try:
+        splitter = sklearn_check_cv(cv, y, classifier=classifier)
+        raw = list(splitter.split(X, y, groups))
+    except (ValueError, TypeError) as exc:
+        raise InvalidParameterError("cv", f"cannot split the data: {exc}") from exc
+    if not raw:
+        raise InvalidParameterError("cv", "the splitter produced no splits")
+    n_samples = len(X)
+    splits = []
+    for i, split in enumerate(raw):
+        if not isinstance(split, tuple) or len(split) != 2:
+            raise InvalidParameterError(
+                "cv", f"split {i}: expected a (train, test) pair, got {split!r}"
+            )
+        splits.append(_check_split(i, split[0], split[1], n_samples))
+    return splits
