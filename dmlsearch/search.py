@@ -35,7 +35,7 @@ from ._recording import (
 )
 from ._results import build_cv_results
 from ._scoring import Scoring, resolve_scoring
-from ._validation import check_space_names
+from ._validation import check_search_params, check_space_names
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
 from .registry import FormatError, Registry, RegistryError, as_registry
@@ -262,6 +262,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
     # -- validation --------------------------------------------------------------
     def _validate(self) -> tuple[Scoring, str | None]:
+        check_search_params(self)  # estimator class, cv, return_train_score
         if not hasattr(self.estimator, "fit"):
             raise InvalidParameterError(
                 "estimator", f"expected an estimator with a fit method, got {self.estimator!r}"
