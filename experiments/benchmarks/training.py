@@ -1,0 +1,203 @@
+"""Data-parallel training: plain single-process torch vs DataParallelTrainer on 2 workers.
+
+What is measured
+    An MLP (64 -> 128 -> 128 -> 2, ReLU, cross-entropy, SGD lr 0.05 momentum 0.9) on
+    synthetic data: ``--rows`` x 64 float32 features (default 200,000), labels from a
+    random linear rule with 10% of them flipped; ``--epochs`` epochs (default 3), global
+    batch 256, shuffled each epoch, the same initial weights (``torch.manual_seed(0)``).
+    Approaches, run one after the other in each of ``--repeats`` rounds:
+
+    * ``plain``: one process (this driver) with ``torch.set_num_threads(1)``, batch 256;
+    * ``allreduce``: ``DataParallelTrainer(sync="allreduce", n_workers=2,
+      batch_size=128)`` on a 2-worker single-thread LocalCluster (gradients averaged every
+      step, DDP over gloo);
+    * ``average K=8``: the same with ``sync="average", average_every=8`` (local SGD).
+
+    Reported per approach (median over the rounds): the fit's wall time (for the trainer:
+    gang reservation, scatter of the shards, rendezvous and the ranks' epochs), epoch
+    throughput (rows per second, mean over the epochs after the first; the trainer's from
+    ``history_``), throughput relative to ``plain``, seconds in synchronising collectives
+    and rounds per epoch, the last epoch's mean training loss, and the accuracy of the
+    final model on all rows.
+
+Rerun
+    python experiments/benchmarks/training.py                 # 200k rows, 3 epochs, 3 rounds
+    python experiments/benchmarks/training.py --quick         # 40k rows, 2 epochs, 1 round
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from _common import local_cluster, median, print_footer, print_header, print_table, timer
+from distributed import Client
+
+from dmlsearch.training import DataParallelTrainer
+
+FEATURES, HIDDEN, GLOBAL_BATCH, LR = 64, 128, 256, 0.05
+
+
+def model_fn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, 2),
+    )
+
+
+def optimizer_fn(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=LR, momentum=0.9)
+
+
+def make_data(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows, FEATURES)).astype(np.float32)
+    y = (X @ rng.normal(size=FEATURES) > 0).astype(np.int64)
+    flip = rng.random(rows) < 0.1
+    y[flip] = 1 - y[flip]
+    return X, y
+
+
+def accuracy(model: torch.nn.Module, X: np.ndarray, y: np.ndarray) -> float:
+    with torch.no_grad():
+        return float((model(torch.from_numpy(X)).argmax(1).numpy() == y).mean())
+
+
+def run_plain(X: np.ndarray, y: np.ndarray, epochs: int) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = model_fn()
+    opt = optimizer_fn(model.parameters())
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    steps = len(X) // GLOBAL_BATCH
+    rng = np.random.default_rng(1)
+    throughput, losses = [], []
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(len(X)))
+        started, total = time.perf_counter(), 0.0
+        for t in range(steps):
+            rows = order[t * GLOBAL_BATCH : (t + 1) * GLOBAL_BATCH]
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(Xt[rows]), yt[rows])
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+        throughput.append(steps * GLOBAL_BATCH / (time.perf_counter() - started))
+        losses.append(total / steps)
+    return {
+        "throughput": float(np.mean(throughput[1:] or throughput)),
+        "loss": losses[-1],
+        "accuracy": accuracy(model, X, y),
+        "sync_s": 0.0,
+        "rounds": 0,
+    }
+
+
+def run_trainer(
+    client: Client, X: np.ndarray, y: np.ndarray, epochs: int, **params: Any
+) -> dict[str, Any]:
+    trainer = DataParallelTrainer(
+        model_fn,
+        torch.nn.functional.cross_entropy,
+        optimizer_fn,
+        epochs=epochs,
+        batch_size=GLOBAL_BATCH // 2,
+        n_workers=2,
+        random_state=0,
+        client=client,
+        checkpoint_every=None,
+        **params,
+    ).fit(X, y)
+    later = trainer.history_[1:] or trainer.history_
+    return {
+        "throughput": float(np.mean([h["samples_per_s"] for h in later])),
+        "loss": trainer.history_[-1]["loss"],
+        "accuracy": accuracy(trainer.model_, X, y),
+        "sync_s": float(np.mean([h["sync_s"] for h in later])),
+        "rounds": trainer.history_[-1]["sync_rounds"],
+    }
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv[1:])
+    if args.quick:
+        args.rows, args.epochs, args.repeats = 40_000, 2, 1
+    print_header("data-parallel training: plain torch vs DataParallelTrainer", argv)
+    print(
+        f"data: {args.rows} x {FEATURES} float32, 2 classes; MLP {FEATURES}-{HIDDEN}-{HIDDEN}-2; "
+        f"{args.epochs} epochs, global batch {GLOBAL_BATCH}, SGD lr {LR} momentum 0.9; "
+        f"{args.repeats} round(s), approaches alternated in each; torch {torch.__version__}"
+    )
+    X, y = make_data(args.rows)
+    approaches = {
+        "plain (1 process, 1 thread)": lambda c: run_plain(X, y, args.epochs),
+        "allreduce (2 workers)": lambda c: run_trainer(c, X, y, args.epochs, sync="allreduce"),
+        "average K=8 (2 workers)": lambda c: run_trainer(
+            c, X, y, args.epochs, sync="average", average_every=8
+        ),
+    }
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in approaches}
+    with local_cluster(2) as client:
+        run_trainer(client, X[:4096], y[:4096], 1)  # warm: torch imported on the workers
+        for _ in range(args.repeats):
+            for name, run in approaches.items():
+                with timer() as wall:
+                    result = run(client)
+                runs[name].append({**result, "wall": wall[0]})
+    base = median([r["throughput"] for r in runs["plain (1 process, 1 thread)"]])
+    rows = []
+    for name, results in runs.items():
+
+        def med(key: str, results: list[dict[str, Any]] = results) -> float:
+            return median([r[key] for r in results])
+
+        rows.append(
+            [
+                name,
+                med("wall"),
+                med("throughput"),
+                med("throughput") / base,
+                med("sync_s"),
+                int(med("rounds")),
+                med("loss"),
+                med("accuracy"),
+            ]
+        )
+    print_table(
+        [
+            "approach",
+            "fit s",
+            "rows/s",
+            "x plain",
+            "sync s/epoch",
+            "rounds/epoch",
+            "loss",
+            "accuracy",
+        ],
+        rows,
+    )
+    for name, results in runs.items():
+        print(
+            f"every round, {name}: "
+            + "; ".join(
+                f"fit {r['wall']:.2f} s, {r['throughput']:,.0f} rows/s, loss {r['loss']:.4f}"
+                for r in results
+            )
+        )
+    print_footer()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
