@@ -9,6 +9,7 @@ __all__ = [
     "AllTrialsFailedError",
     "DmlsearchError",
     "GangError",
+    "GangWorkerLostError",
     "InvalidParameterError",
     "NoWorkersError",
     "NotSupportedError",
@@ -84,3 +85,7 @@ class TrainingError(GangError):
 
 class NotSupportedError(DmlsearchError, NotImplementedError):
     """A documented option that dmlsearch does not implement (yet); the message says what does."""
+
+
+class GangWorkerLostError(GangError):
+    """A gang's rank was lost with its worker (``worker``), not by raising."""
