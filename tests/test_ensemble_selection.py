@@ -77,7 +77,7 @@ def test_oof_of_decision_function_and_regressors(client):
     np.testing.assert_array_equal(search.oof_predictions(1), expected.astype(np.float32))
     # Freed from the workers' memory on request; reading them then says why they are gone.
     assert release_oof(search) == 2
-    with pytest.raises(LookupError, match="left the cluster"):
+    with pytest.raises(LookupError, match="released with release_oof"):
         search.oof_predictions(1)
 
 

@@ -59,7 +59,6 @@ def ensemble_selection(
     if not 1 <= n_init <= ensemble_size:
         raise ValueError(f"need 1 <= n_init <= ensemble_size, got {n_init} and {ensemble_size}")
     M = P.shape[0]
-    P = P.astype(np.float64, copy=False)
     single = np.array([_finite(score(P[m])) for m in range(M)])
     # Stable: equal scores keep the library's order (callers pass it best first).
     ranked = np.argsort(-single, kind="stable")

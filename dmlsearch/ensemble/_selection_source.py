@@ -208,9 +208,10 @@ def trial_predictions(search: Any, trial: int) -> np.ndarray:
         found, lost = _oof.load([refs[trial]], client)
     if lost:
         raise LookupError(
-            f"the out-of-fold predictions of trial {trial} were kept in the memory of worker "
-            f"{refs[trial].location}, which has left the cluster (or restarted); a search "
-            "with a registry keeps them in its artifact store instead"
+            f"the out-of-fold predictions of trial {trial} are no longer in the memory of "
+            f"worker {refs[trial].location} (released with release_oof, or the worker left "
+            "the cluster or restarted); a search with a registry keeps them in its artifact "
+            "store instead"
         )
     return found[trial][1]
 

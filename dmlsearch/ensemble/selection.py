@@ -48,7 +48,7 @@ def votes(method: str, values: np.ndarray, n_classes: int) -> np.ndarray:
     if method != "decision_function":
         return values
     columns = (values > 0).astype(np.intp) if values.ndim == 1 else values.argmax(axis=1)
-    return _oof.one_hot(columns, n_classes)
+    return _oof.one_hot(columns, n_classes).astype(np.float32)
 
 
 class _Fixed(BaseEstimator):
@@ -289,9 +289,10 @@ class EnsembleSelection(ClientParam, BaseEstimator):
         found, lost = _oof.load([c.ref for c in library.candidates], client)
         if lost:
             raise LookupError(
-                f"the out-of-fold predictions of trials {lost[:10]} are gone (kept in the "
-                "memory of workers that left or restarted); run the search again, with a "
-                "registry to keep them in its artifact store"
+                f"the out-of-fold predictions of trials {lost[:10]} are no longer in the "
+                "memory of the workers that ran them (released with release_oof, or the "
+                "workers left or restarted); run the search again, with a registry to keep "
+                "them in its artifact store"
             )
         out = []
         for c in library.candidates:
