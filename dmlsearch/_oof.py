@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from sklearn.base import is_classifier
 
 from .exceptions import InvalidParameterError
 
@@ -113,6 +114,13 @@ def response(estimator: Any, X: Any, classes: np.ndarray | None) -> tuple[str, n
     ``classes`` even when its training rows missed some (as ``cross_val_predict``)."""
     if classes is None:
         return "predict", np.asarray(estimator.predict(X), dtype=np.float64)
+    if not is_classifier(estimator):
+        # The search's estimator is a classifier (a pipeline whose last step is one), but
+        # this trial's parameters made it something else: its votes would be nonsense.
+        raise TypeError(
+            f"keep_oof: the search's estimator is a classifier but this trial's is not "
+            f"({type(estimator).__name__}); keep classifiers and regressors in separate searches"
+        )
     method = oof_method(estimator)
     if method == "predict":
         return method, one_hot(np.searchsorted(classes, estimator.predict(X)), len(classes))

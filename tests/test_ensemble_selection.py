@@ -9,6 +9,7 @@ from sklearn.base import clone
 from sklearn.datasets import load_diabetes, load_iris
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold, cross_val_predict
+from sklearn.pipeline import Pipeline
 from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
@@ -290,3 +291,16 @@ def test_selection_from_a_registry_experiment(client, iris, tmp_path):
         EnsembleSelection("trees", registry=url, client=client).fit(
             X, np.where(y == "setosa", "a", y)
         )
+
+
+def test_a_regressor_swapped_into_a_classifier_search_fails_its_trials(client, iris):
+    X, y = iris
+    search = SearchCV(
+        Pipeline([("model", LogisticRegression())]),
+        {"model": [Ridge()]},
+        cv=CV,
+        client=client,
+        keep_oof=True,
+    )
+    with pytest.raises(AllTrialsFailedError, match="classifiers and regressors"):
+        search.fit(X, (y == "setosa").astype(int))
