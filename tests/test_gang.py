@@ -14,7 +14,7 @@ import cloudpickle
 import pytest
 from distributed import Client, LocalCluster, get_worker
 
-from dmlsearch.exceptions import GangError, InvalidParameterError
+from dmlsearch.exceptions import GangError, GangWorkerLostError, InvalidParameterError
 from dmlsearch.runner.gang import METADATA_KEY, reserve, run_gang
 from dmlsearch.testing import local_cluster
 
@@ -116,7 +116,9 @@ def test_a_killed_rank_worker_fails_the_gang_fast_and_releases() -> None:
                 timer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
                 timer.start()
                 started = time.monotonic()
-                with pytest.raises(GangError, match=f"worker {victim} .*left the cluster") as info:
+                with pytest.raises(
+                    GangWorkerLostError, match=f"worker {victim} .*left the cluster"
+                ) as info:
                     gang.run(_block, [(120,), (120,)])
                 elapsed = time.monotonic() - started
                 timer.join()

@@ -200,31 +200,60 @@ def test_checkpoints_kept_on_driver_or_in_the_registry(
     assert trainer(client, checkpoint_every=None).fit(*data).checkpoint_ is None
 
 
+class Killer(threading.Thread):
+    """Kills one worker of ``client`` (SIGKILL) once ``trainer`` has its first checkpoint."""
+
+    def __init__(self, client: Client, trainer: DataParallelTrainer) -> None:
+        super().__init__()
+        self.trainer = trainer
+        self.victim = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+        self.pid = client.run(_pid, workers=[self.victim])[self.victim]
+        self.killed = float("nan")
+
+    def run(self) -> None:
+        ends = time.monotonic() + 60
+        while getattr(self.trainer, "checkpoint_", None) is None and time.monotonic() < ends:
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+        self.killed = time.monotonic()
+
+
 def test_a_killed_rank_worker_ends_fit_fast_naming_it(data: tuple[np.ndarray, np.ndarray]) -> None:
     cluster = local_cluster(2)
     try:
         with Client(cluster, set_as_default=False) as client:
             t = trainer(client, epochs=100_000)
-            victim = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
-            pid = client.run(_pid, workers=[victim])[victim]
-
-            def kill_once_training() -> None:
-                ends = time.monotonic() + 60
-                while getattr(t, "checkpoint_", None) is None and time.monotonic() < ends:
-                    time.sleep(0.1)
-                os.kill(pid, signal.SIGKILL)
-                killed.append(time.monotonic())
-
-            killed: list[float] = []
-            thread = threading.Thread(target=kill_once_training)
-            thread.start()
-            with pytest.raises(TrainingError, match=f"worker {victim} .*left the cluster") as info:
+            killer = Killer(client, t)
+            killer.start()
+            with pytest.raises(
+                TrainingError, match=f"worker {killer.victim} .*left the cluster"
+            ) as info:
                 t.fit(*data)
             raised = time.monotonic()
-            thread.join()
-            assert info.value.worker == victim
+            killer.join()
+            assert info.value.worker == killer.victim
             assert info.value.checkpoint is not None  # training had reached an epoch's end
-            assert raised - killed[0] < 60
+            assert raised - killer.killed < 60
             assert client.get_metadata(METADATA_KEY, default={}) == {}
+    finally:
+        cluster.close()
+
+
+def test_elastic_fit_resumes_from_the_last_checkpoint(data: tuple[np.ndarray, np.ndarray]) -> None:
+    cluster = local_cluster(2)
+    epochs = 150
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            t = trainer(client, epochs=epochs, elastic=True)
+            killer = Killer(client, t)
+            killer.start()
+            t.fit(*data)
+            killer.join()
+            assert len(t.resumed_) == 1
+            assert t.resumed_[0]["worker"] == killer.victim
+            assert 1 <= t.resumed_[0]["epoch"] < epochs
+            assert [h["epoch"] for h in t.history_] == list(range(1, epochs + 1))
+            assert t.checkpoint_ is not None and t.checkpoint_.epoch == epochs
+            assert t.n_workers_ in (1, 2)
     finally:
         cluster.close()

@@ -28,7 +28,7 @@ from typing import Any
 
 from distributed import Client, Future, Lock, as_completed
 
-from ..exceptions import GangError, InvalidParameterError
+from ..exceptions import GangError, GangWorkerLostError, InvalidParameterError
 
 __all__ = ["Gang", "alive_workers", "reserve", "run_gang"]
 
@@ -197,13 +197,13 @@ class Gang:
             time.sleep(0.05)
         return results
 
-    def _lost(self, pending: set[int]) -> GangError | None:
+    def _lost(self, pending: set[int]) -> GangWorkerLostError | None:
         """The error for the first pending rank whose worker left the cluster, if any."""
         alive = alive_workers(self.client, running=False)
         for r in sorted(pending):
             worker = self.workers[r]
             if worker not in alive:
-                return GangError(
+                return GangWorkerLostError(
                     f"{self.name}: worker {worker} (rank {r} of {self.size}) left the cluster; "
                     "the other ranks were cancelled",
                     worker=worker,

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from distributed import Client, Variable
 
+from ..exceptions import TrainingError
 from ..registry.artifacts import ArtifactIntegrityError
 
-__all__ = ["Checkpoint", "state_bytes", "state_from_bytes"]
+__all__ = ["Checkpoint", "CheckpointInbox", "state_bytes", "state_from_bytes"]
+
+logger = logging.getLogger("dmlsearch")
 
 
 def state_bytes(
@@ -40,27 +47,79 @@ class Checkpoint:
 
     ``uri`` is where the registry's artifact store keeps it (then ``data`` is None); without
     a registry the bytes stay on the driver in ``data``. ``sha256`` is checked on every load.
+    ``history`` holds the epochs' figures up to this one (as ``history_``).
     """
 
     epoch: int
     sha256: str
     uri: str | None = None
     data: bytes | None = field(default=None, repr=False)
+    history: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
-    def load(self, registry: Any = None) -> dict[str, Any]:
-        """``{"epoch", "model", "optimizer"}``; ``registry``: the one that stores it (by uri)."""
+    def bytes(self, registry: Any = None) -> bytes:
+        """The checkpoint's bytes, checked against its sha256."""
         if self.data is not None:
-            data = self.data
-            actual = hashlib.sha256(data).hexdigest()
+            actual = hashlib.sha256(self.data).hexdigest()
             if actual != self.sha256:
                 raise ArtifactIntegrityError(
                     f"checkpoint of epoch {self.epoch} hashes to {actual}, not {self.sha256}"
                 )
-        elif registry is not None:
-            data = registry.artifacts.get(self.sha256, what=f"(checkpoint of epoch {self.epoch})")
-        else:
+            return self.data
+        if registry is None:
             raise ValueError(
                 f"checkpoint of epoch {self.epoch} is in a registry's artifact store ({self.uri}): "
                 "pass registry= to load it"
             )
-        return state_from_bytes(data)
+        data: bytes = registry.artifacts.get(
+            self.sha256, what=f"(checkpoint of epoch {self.epoch})"
+        )
+        return data
+
+    def load(self, registry: Any = None) -> dict[str, Any]:
+        """``{"epoch", "model", "optimizer"}``; ``registry``: the one that stores it (by uri)."""
+        return state_from_bytes(self.bytes(registry))
+
+
+class CheckpointInbox:
+    """On the driver: the checkpoints rank 0 publishes in a Dask Variable (the latest only).
+
+    :meth:`poll` turns a new one into a :class:`Checkpoint` (stored in the registry's
+    artifact store when there is a registry) and hands it to ``keep``. ``history`` is the
+    figures of the epochs run before this job (a resumed job's), put before its own.
+    """
+
+    def __init__(
+        self, client: Client, registry: Any, keep: Any, history: list[dict[str, Any]]
+    ) -> None:
+        self.variable = Variable(f"dmlsearch-checkpoint-{uuid.uuid4().hex}", client=client)
+        self.variable.set(None)
+        self.registry = registry
+        self.keep = keep
+        self.history = history
+        self.epoch = -1
+
+    @property
+    def name(self) -> str:
+        return str(self.variable.name)
+
+    def poll(self) -> None:
+        value = self.variable.get(timeout=10)
+        if not value or value["epoch"] <= self.epoch:
+            return
+        data, epoch = value["data"], int(value["epoch"])
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != value["sha256"]:
+            raise TrainingError(f"the checkpoint of epoch {epoch} was altered on its way")
+        history = tuple(self.history) + tuple(dict(h) for h in value["history"])
+        if self.registry is not None:
+            uri, digest = self.registry.artifacts.put(data)
+            checkpoint = Checkpoint(epoch, digest, uri, history=history)
+        else:
+            checkpoint = Checkpoint(epoch, digest, None, data, history=history)
+        self.epoch = epoch
+        self.keep(checkpoint)
+        logger.info("dmlsearch: checkpoint of epoch %d (%s)", epoch, digest[:12])
+
+    def delete(self) -> None:
+        with contextlib.suppress(Exception):  # a closed client: the scheduler went with it
+            self.variable.delete()

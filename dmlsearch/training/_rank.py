@@ -68,12 +68,23 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return t
 
 
-def _publish(job: JobSpec, epoch: int, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+def _publish(
+    job: JobSpec,
+    epoch: int,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    history: list[dict[str, Any]],
+) -> None:
     """Rank 0: hand the checkpoint to the driver through a Dask Variable (one slot)."""
     from distributed import Variable, get_client
 
     data = state_bytes(epoch, model, opt)
-    value = {"epoch": epoch, "data": data, "sha256": hashlib.sha256(data).hexdigest()}
+    value = {
+        "epoch": epoch,
+        "data": data,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "history": history,
+    }
     Variable(job.checkpoint_var, client=get_client()).set(value)
 
 
@@ -136,7 +147,7 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
             history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
             every = job.checkpoint_every
             if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
-                _publish(job, epoch + 1, model, opt)
+                _publish(job, epoch + 1, model, opt, history)
         final = state_bytes(job.epochs, model, opt) if rank == 0 else None
         return {"rank": rank, "history": history, "state": final}
     finally:

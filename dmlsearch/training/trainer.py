@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import hashlib
 import logging
 import numbers
-import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from distributed import Client, Variable
+from distributed import Client
 from distributed.comm import get_address_host
 from sklearn.base import BaseEstimator
 
 from ..ensemble._common import check_bool, entropy_of
-from ..exceptions import GangError, InvalidParameterError, NotSupportedError, TrainingError
+from ..exceptions import (
+    GangError,
+    GangWorkerLostError,
+    InvalidParameterError,
+    NotSupportedError,
+    TrainingError,
+)
 from ..runner.cluster import resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
-from ._checkpoint import Checkpoint, state_bytes, state_from_bytes
+from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
 from ._rank import JobSpec, free_port, train_rank
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
@@ -38,6 +43,17 @@ logger = logging.getLogger("dmlsearch")
 
 #: The synchronisation models ``sync`` accepts (``"ssp"`` is not built yet).
 SYNCS = ("allreduce", "average", "ssp")
+#: How many times an ``elastic`` fit resumes after losing a worker before it gives up.
+MAX_RESUMES = 3
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a job starts: the state's bytes, the epochs already run and their figures."""
+
+    state: bytes
+    epoch: int = 0
+    history: tuple[dict[str, Any], ...] = ()
 
 
 def _check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
@@ -84,41 +100,6 @@ def _check_data(X: Any, y: Any, rows_needed: int) -> tuple[np.ndarray, np.ndarra
     return Xa, ya
 
 
-class _Checkpoints:
-    """On the driver: the checkpoints rank 0 publishes in a Dask Variable (latest only)."""
-
-    def __init__(self, client: Client, registry: Any, trainer: DataParallelTrainer) -> None:
-        self.variable = Variable(f"dmlsearch-checkpoint-{uuid.uuid4().hex}", client=client)
-        self.variable.set(None)
-        self.registry = registry
-        self.trainer = trainer
-
-    @property
-    def name(self) -> str:
-        return str(self.variable.name)
-
-    def poll(self) -> None:
-        value = self.variable.get(timeout=10)
-        last = getattr(self.trainer, "checkpoint_", None)
-        if not value or (last is not None and value["epoch"] <= last.epoch):
-            return
-        data, epoch = value["data"], int(value["epoch"])
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != value["sha256"]:
-            raise TrainingError(f"the checkpoint of epoch {epoch} was altered on its way")
-        if self.registry is not None:
-            uri, digest = self.registry.artifacts.put(data)
-            checkpoint = Checkpoint(epoch, digest, uri)
-        else:
-            checkpoint = Checkpoint(epoch, digest, None, data)
-        self.trainer.checkpoint_ = checkpoint
-        logger.info("dmlsearch: checkpoint of epoch %d (%s)", epoch, digest[:12])
-
-    def delete(self) -> None:
-        with contextlib.suppress(Exception):  # a closed client: the scheduler went with it
-            self.variable.delete()
-
-
 class DataParallelTrainer(BaseEstimator):
     """Train a PyTorch model data-parallel on ``n_workers`` Dask workers.
 
@@ -132,7 +113,12 @@ class DataParallelTrainer(BaseEstimator):
 
     Fitted: ``model_`` (the trained module, on the driver), ``history_`` (per epoch:
     ``loss``, ``seconds``, ``samples_per_s``, ``sync_s``, ``sync_rounds``), ``n_workers_``,
-    ``checkpoint_`` (the last :class:`Checkpoint`, or None).
+    ``checkpoint_`` (the last :class:`Checkpoint`, or None), ``resumed_`` (one dict per
+    resume of an ``elastic`` fit: ``epoch``, lost ``worker``, ``n_workers`` after).
+
+    ``elastic=True``: when a rank's worker is lost, training resumes from the last
+    checkpoint (or from the start) on the workers the cluster has then (at most
+    ``n_workers``, up to 3 times); a rank that raises is never resumed.
     """
 
     def __init__(
@@ -153,6 +139,7 @@ class DataParallelTrainer(BaseEstimator):
         checkpoint_every: int | None = 1,
         registry: Any = None,
         timeout: float = 60.0,
+        elastic: bool = False,
     ) -> None:
         self.model_fn = model_fn
         self.loss_fn = loss_fn
@@ -169,6 +156,7 @@ class DataParallelTrainer(BaseEstimator):
         self.checkpoint_every = checkpoint_every
         self.registry = registry
         self.timeout = timeout
+        self.elastic = elastic
 
     def __sklearn_clone__(self) -> DataParallelTrainer:
         # The client and the registry are handles to shared services: shared, not copied.
@@ -186,6 +174,7 @@ class DataParallelTrainer(BaseEstimator):
         _check_int("average_every", self.average_every, 1)
         _check_int("checkpoint_every", self.checkpoint_every, 1, none=True)
         check_bool("shuffle", self.shuffle)
+        check_bool("elastic", self.elastic)
         _check_sync(self.sync, self.staleness)
         if not isinstance(self.timeout, numbers.Real) or not self.timeout > 0:
             raise InvalidParameterError("timeout", f"expected seconds > 0, got {self.timeout!r}")
@@ -232,25 +221,47 @@ class DataParallelTrainer(BaseEstimator):
         seed = entropy_of(self.random_state) % (2**31 - 1)
         model = self._initial_model(seed, Xa, ya)
         self.checkpoint_: Checkpoint | None = None
-        with (
-            resolve_client(self.client) as client,
-            reserve(client, w, name="training") as gang,
-        ):
-            results = self._run(client, gang, Xa, ya, model, seed)
+        self.resumed_: list[dict[str, Any]] = []
+        with resolve_client(self.client) as client:
+            results, start, k = self._train(client, Xa, ya, _Start(state_bytes(0, model)), seed)
         model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
         self.model_ = model
-        self.history_: list[dict[str, Any]] = results[0]["history"]
-        self.n_workers_ = w
+        self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
+        self.n_workers_ = k
         return self
 
+    def _keep(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint_ = checkpoint
+
+    def _train(
+        self, client: Client, X: np.ndarray, y: np.ndarray, start: _Start, seed: int
+    ) -> tuple[list[dict[str, Any]], _Start, int]:
+        """Run the job on a gang; with ``elastic``, again from the last checkpoint on a loss."""
+        k = int(self.n_workers)
+        while True:
+            try:
+                with reserve(client, k, name="training") as gang:
+                    return self._run(client, gang, X, y, start, seed), start, k
+            except TrainingError as exc:
+                lost = isinstance(exc.__cause__, GangWorkerLostError)
+                if not (self.elastic and lost) or len(self.resumed_) >= MAX_RESUMES:
+                    raise
+                k = min(int(self.n_workers), len(alive_workers(client)))
+                if k < 1:
+                    raise
+                last = self.checkpoint_
+                if last is not None:
+                    start = _Start(last.bytes(self.registry), last.epoch, last.history)
+                self.resumed_.append({"epoch": start.epoch, "worker": exc.worker, "n_workers": k})
+                logger.warning(
+                    "dmlsearch: worker %s lost; training resumes from epoch %d on %d workers",
+                    exc.worker,
+                    start.epoch,
+                    k,
+                )
+
     def _run(
-        self,
-        client: Client,
-        gang: Gang,
-        X: np.ndarray,
-        y: np.ndarray,
-        model: torch.nn.Module,
-        seed: int,
+        self, client: Client, gang: Gang, X: np.ndarray, y: np.ndarray, start: _Start, seed: int
     ) -> list[dict[str, Any]]:
         n, w, b = len(X), gang.size, int(self.batch_size)
         workers = alive_workers(client, running=False)
@@ -261,13 +272,13 @@ class DataParallelTrainer(BaseEstimator):
             shards.append(client.scatter([X[rows], y[rows]], workers=[worker], hash=False))
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
-        checkpoints = _Checkpoints(client, self.registry, self)
+        checkpoints = CheckpointInbox(client, self.registry, self._keep, list(start.history))
         job = JobSpec(
             model_fn=self.model_fn,
             loss_fn=self.loss_fn,
             optimizer_fn=self.optimizer_fn,
-            initial=state_bytes(0, model),
-            start_epoch=0,
+            initial=start.state,
+            start_epoch=start.epoch,
             epochs=int(self.epochs),
             batch_size=b,
             steps=(n // w) // b,
@@ -293,7 +304,7 @@ class DataParallelTrainer(BaseEstimator):
         except GangError as exc:
             with contextlib.suppress(Exception):  # the one published just before the loss
                 checkpoints.poll()
-            last = getattr(self, "checkpoint_", None)
+            last = self.checkpoint_
             where = (
                 f"the last checkpoint is of epoch {last.epoch} (trainer.checkpoint_)"
                 if last
