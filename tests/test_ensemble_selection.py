@@ -244,6 +244,8 @@ def test_bad_inputs_fail_before_any_work(client, iris, tree_search):
         EnsembleSelection(plain).fit(X, y)
     with pytest.raises(InvalidParameterError, match="rows"):
         EnsembleSelection(tree_search).fit(X[:100], y[:100])
+    with pytest.raises(InvalidParameterError, match="3 classes|has 2 classes"):
+        EnsembleSelection(tree_search).fit(X, np.where(y == "setosa", "versicolor", y))
     with pytest.raises(InvalidParameterError, match="registry"):
         EnsembleSelection("some-experiment").fit(X, y)
 

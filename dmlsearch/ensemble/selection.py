@@ -231,7 +231,6 @@ class EnsembleSelection(ClientParam, BaseEstimator):
         self.classes_ = classes
         self.members_ = [c.number for c in candidates]
         self.weights_ = selection.counts[chosen] / selection.counts.sum()
-        self._methods = [c.ref.method for c in candidates]
         self.oof_score_ = selection.score
         self.score_path_ = selection.path
         self.single_scores_ = {
@@ -303,7 +302,16 @@ class EnsembleSelection(ClientParam, BaseEstimator):
                     f"has {n_samples} rows but the search's out-of-fold predictions have "
                     f"{values.shape[0]}: pass the data the search was fitted on",
                 )
-            out.append(values if classes is None else votes(method, values, len(classes)))
+            if classes is not None:
+                values = votes(method, values, len(classes))
+                if values.shape[1] != len(classes):
+                    raise InvalidParameterError(
+                        "y",
+                        f"has {len(classes)} classes but the search's out-of-fold "
+                        f"predictions have {values.shape[1]}: pass the data the search was "
+                        "fitted on",
+                    )
+            out.append(values)
         return np.stack(out)
 
     def _refit(
