@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Collection, Iterable, Mapping, MutableMapping
 from itertools import islice, product
 from typing import Any
 
@@ -190,7 +190,7 @@ def check_space_names(
 
 def check_cv(cv: Any) -> None:
     """``cv`` as scikit-learn takes it: None, an int >= 2, a splitter or an iterable of splits."""
-    if cv is None or hasattr(cv, "split"):
+    if cv is None or (hasattr(cv, "split") and not isinstance(cv, (str, bytes))):
         return
     if isinstance(cv, numbers.Integral) and not isinstance(cv, (bool, np.bool_)):
         if cv < 2:
@@ -202,6 +202,20 @@ def check_cv(cv: Any) -> None:
             "expected an int >= 2, a splitter (KFold(5), say) or a list of (train, test) "
             f"index arrays, got {type(cv).__name__} {cv!r}",
         )
+    if isinstance(cv, Collection):  # a generator is read once, by cv_splits
+        _check_pairs(cv)
+
+
+def _check_pairs(splits: Collection[Any]) -> None:
+    for i, split in enumerate(splits):
+        if (
+            isinstance(split, (str, bytes, Mapping))
+            or not isinstance(split, Collection)
+            or len(split) != 2
+        ):
+            raise InvalidParameterError(
+                "cv", f"split {i}: expected a (train, test) pair of index arrays, got {split!r}"
+            )
 
 
 def check_search_params(search: Any) -> None:
@@ -249,6 +263,9 @@ def cv_splits(
     from sklearn.model_selection import check_cv as sklearn_check_cv
 
     check_cv(cv)
+    if cv is not None and not hasattr(cv, "split") and not isinstance(cv, numbers.Integral):
+        cv = list(cv)  # given splits: each must be a pair before scikit-learn unpacks it
+        _check_pairs(cv)
     try:
         splitter = sklearn_check_cv(cv, y, classifier=classifier)
         raw = list(splitter.split(X, y, groups))
@@ -257,11 +274,4 @@ def cv_splits(
     if not raw:
         raise InvalidParameterError("cv", "the splitter produced no splits")
     n_samples = len(X)
-    splits = []
-    for i, split in enumerate(raw):
-        if not isinstance(split, tuple) or len(split) != 2:
-            raise InvalidParameterError(
-                "cv", f"split {i}: expected a (train, test) pair, got {split!r}"
-            )
-        splits.append(_check_split(i, split[0], split[1], n_samples))
-    return splits
+    return [_check_split(i, train, test, n_samples) for i, (train, test) in enumerate(raw)]

@@ -138,6 +138,15 @@ class Dimension(ABC):
         return stored
 
 
+#: The widest integer range ``Int`` can sample from (numpy draws 64-bit integers).
+_INT_SPAN = 2**63 - 2
+
+
+def _check_log(name: str, value: Any) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise SearchSpaceError(name, f"must be True or False, got {value!r}")
+
+
 def _check_number(name: str, value: Any, integral: bool) -> None:
     kinds: tuple[type, ...] = (numbers.Integral,) if integral else (numbers.Real,)
     if isinstance(value, bool) or not isinstance(value, kinds):
@@ -158,9 +167,14 @@ class Float(Dimension):
     def __post_init__(self) -> None:
         _check_number("Float.low", self.low, integral=False)
         _check_number("Float.high", self.high, integral=False)
+        _check_log("Float.log", self.log)
         if self.low > self.high:
             raise SearchSpaceError(
                 "Float.low", f"low={self.low!r} is greater than high={self.high!r}; swap them"
+            )
+        if not math.isfinite(float(self.high) - float(self.low)):
+            raise SearchSpaceError(
+                "Float.high", f"the range [{self.low!r}, {self.high!r}] is too wide to sample"
             )
         if self.log and self.low <= 0:
             raise SearchSpaceError("Float.low", f"log=True needs low > 0, got low={self.low!r}")
@@ -205,9 +219,15 @@ class Int(Dimension):
         _check_number("Int.low", self.low, integral=True)
         _check_number("Int.high", self.high, integral=True)
         _check_number("Int.step", self.step, integral=True)
+        _check_log("Int.log", self.log)
         if self.low > self.high:
             raise SearchSpaceError(
                 "Int.low", f"low={self.low!r} is greater than high={self.high!r}; swap them"
+            )
+        if int(self.high) - int(self.low) > _INT_SPAN:
+            raise SearchSpaceError(
+                "Int.high",
+                f"the range [{self.low!r}, {self.high!r}] spans more than 2**63 - 2 integers",
             )
         if self.step < 1:
             raise SearchSpaceError("Int.step", f"must be >= 1, got {self.step!r}")
@@ -289,11 +309,43 @@ class Categorical(Dimension):
         raise ValueError(f"{stored!r} is not one of the choices {list(self.choices)!r}")
 
 
+def _dist_label(dist: Any) -> str:
+    """``randint(5, 1)`` for a scipy frozen distribution, else its repr."""
+    name = getattr(getattr(dist, "dist", None), "name", None)
+    if name is None:
+        return repr(dist)
+    args = [repr(a) for a in getattr(dist, "args", ())]
+    args += [f"{k}={v!r}" for k, v in getattr(dist, "kwds", {}).items()]
+    return f"{name}({', '.join(args)})"
+
+
 @dataclass(frozen=True, eq=False)
 class Distribution(Dimension):
     """Any object with ``rvs(random_state=...)``: a scipy.stats frozen distribution, say."""
 
     dist: Any = field()
+
+    def __post_init__(self) -> None:
+        if not callable(getattr(self.dist, "rvs", None)):
+            raise SearchSpaceError(
+                "Distribution.dist",
+                f"expected an object with an rvs(random_state=...) method, got {self.dist!r}",
+            )
+        support = getattr(self.dist, "support", None)
+        if callable(support):
+            try:
+                low, high = support()
+                broken = bool(np.isnan(low) or np.isnan(high))
+            except Exception:  # not scipy's support(): nothing to check here
+                broken = False
+            if broken:
+                # scipy marks invalid shape parameters (a scale <= 0, randint(5, 1)) this
+                # way; its rvs would raise a "domain error" in the middle of the search.
+                raise SearchSpaceError(
+                    "Distribution.dist",
+                    f"{_dist_label(self.dist)} has invalid parameters (scipy gives it no "
+                    "support): check its bounds and that its scale is > 0",
+                )
 
     def sample(self, rng: np.random.Generator) -> Any:
         value = self.dist.rvs(random_state=rng)
@@ -337,7 +389,10 @@ def _as_dimension(name: str, value: Any) -> Dimension:
     if isinstance(value, Dimension):
         return value
     if hasattr(value, "rvs"):
-        return Distribution(value)
+        try:
+            return Distribution(value)
+        except SearchSpaceError as exc:
+            raise SearchSpaceError(name, str(exc).partition(": ")[2]) from None
     if isinstance(value, (str, bytes)):
         raise SearchSpaceError(
             name,

@@ -13,6 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidParameterError
 from ._base import ExperimentRecord, ModelVersionRecord, NotFoundError, RegistryStore
+from ._checks import (
+    INT32_MAX,
+    check_bool,
+    check_count,
+    check_mapping,
+    check_states,
+    check_text,
+)
 from .artifacts import ArtifactStore
 from .formats import Serialized, dump_model, load_model
 from .sql import SQLStore, default_registry_url, sqlite_path
@@ -58,20 +66,6 @@ def _suggestion(word: str, choices: Sequence[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _check_str(param: str, value: object, what: str, hint: str = "") -> None:
-    if not isinstance(value, str):
-        raise InvalidParameterError(
-            param, f"expected {what} (str), got {type(value).__name__} {value!r}{hint}"
-        )
-
-
-def _check_optional_int(param: str, value: object, what: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidParameterError(
-            param, f"expected {what} (int), got {type(value).__name__} {value!r}"
-        )
-
-
 def _check_model_name(param: str, value: object) -> None:
     hint = ""
     if isinstance(value, ModelVersionRecord):
@@ -79,7 +73,11 @@ def _check_model_name(param: str, value: object) -> None:
             "; for a ModelVersionRecord pass its name and version: "
             "load_model(record.model, version=record.version)"
         )
-    _check_str(param, value, "a model name", hint)
+    check_text(param, value, "a model name", hint=hint)
+
+
+def _check_version(param: str, value: object) -> None:
+    check_count(param, value, "a version number", minimum=1, maximum=INT32_MAX, optional=True)
 
 
 def _check_experiment_key(param: str, value: object) -> None:
@@ -92,6 +90,10 @@ def _check_experiment_key(param: str, value: object) -> None:
             f"expected an experiment name (str) or id (int), got {type(value).__name__} "
             f"{value!r}{hint}",
         )
+    if isinstance(value, str):
+        check_text(param, value, "an experiment name")
+    else:
+        check_count(param, value, "an experiment id", minimum=1, maximum=INT32_MAX)
 
 
 class Registry:
@@ -123,10 +125,11 @@ class Registry:
         store: RegistryStore | None = None,
         create: bool = True,
     ) -> None:
-        if url is not None:
-            _check_str("url", url, "a database URL")
-        if artifacts is not None:
-            _check_str("artifacts", artifacts, "an artifact store location (path or URL)")
+        check_text("url", url, "a database URL", optional=True)
+        check_text(
+            "artifacts", artifacts, "an artifact store location (path or URL)", optional=True
+        )
+        check_bool("create", create)
         if store is None:
             self.url = url or default_registry_url()
             store = SQLStore(self.url, create=create)
@@ -269,6 +272,7 @@ class Registry:
         self, experiment: str | int, state: str | Sequence[str] | None = None
     ) -> pd.DataFrame:
         """The trials of an experiment as a DataFrame (``param_<name>`` columns)."""
+        check_states("state", state)
         exp = self.experiment(experiment)
         return self.store.trials_dataframe(exp.id, state=state)
 
@@ -276,7 +280,7 @@ class Registry:
         """The ``k`` best completed trials, best first."""
         import pandas as pd
 
-        _check_optional_int("k", k, "a number of trials")
+        check_count("k", k, "a number of trials")
         exp = self.experiment(experiment)
         rows = [
             {"number": t.number, "value": t.value, **{f"param_{n}": v for n, v in t.params.items()}}
@@ -340,10 +344,14 @@ class Registry:
         never a half version. Raises RegistryUnavailableError if the database is out of
         reach (nothing was registered; retrying is safe).
         """
-        _check_str("name", name, "a model name")
-        _check_optional_int("trial", trial, "a trial number")
+        _check_model_name("name", name)
+        check_count("trial", trial, "a trial number", optional=True)
         if experiment is not None:
             _check_experiment_key("experiment", experiment)
+        for param, value in (("metrics", metrics), ("signature", signature), ("lineage", lineage)):
+            check_mapping(param, value, param)
+        check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
+        check_bool("allow_pickle", allow_pickle)
         serialized = dump_model(model, allow_pickle=allow_pickle)
         links: dict[str, Any] = dict(lineage or {})
         if experiment is not None:
@@ -383,9 +391,8 @@ class Registry:
         an unknown model) and InvalidParameterError for arguments of the wrong type.
         """
         _check_model_name("name", name)
-        _check_optional_int("version", version, "a version number")
-        if alias is not None:
-            _check_str("alias", alias, "an alias name")
+        _check_version("version", version)
+        check_text("alias", alias, "an alias name", optional=True)
         if "@" in name and alias is None and version is None:
             name, alias = name.split("@", 1)
         try:
@@ -422,8 +429,10 @@ class Registry:
     def set_alias(self, name: str, alias: str, version: int) -> None:
         """Point ``name@alias`` at ``version`` (moving it if it pointed elsewhere)."""
         _check_model_name("name", name)
-        _check_str("alias", alias, "an alias name")
-        _check_optional_int("version", version, "a version number")
+        check_text("alias", alias, "an alias name")
+        _check_version("version", version)
+        if version is None:
+            raise InvalidParameterError("version", "set_alias needs the version to point at")
         try:
             self.store.set_alias(name, alias, version)
         except NotFoundError as exc:
@@ -432,7 +441,7 @@ class Registry:
     def delete_alias(self, name: str, alias: str) -> None:
         """Remove ``name@alias`` (the version stays); raises NotFoundError if there is none."""
         _check_model_name("name", name)
-        _check_str("alias", alias, "an alias name")
+        check_text("alias", alias, "an alias name")
         try:
             self.store.delete_alias(name, alias)
         except NotFoundError as exc:
@@ -441,7 +450,9 @@ class Registry:
     def delete_version(self, name: str, version: int) -> None:
         """Delete a version with its tags and aliases; its blob goes at the next :meth:`gc`."""
         _check_model_name("name", name)
-        _check_optional_int("version", version, "a version number")
+        _check_version("version", version)
+        if version is None:
+            raise InvalidParameterError("version", "delete_version needs the version to delete")
         try:
             self.store.delete_model_version(name, version)
         except NotFoundError as exc:
@@ -498,10 +509,9 @@ class Registry:
         """Versions matching every filter, best ``metric`` first when one is given."""
         if name is not None:
             _check_model_name("name", name)
-        if metric is not None:
-            _check_str("metric", metric, "a metric name")
-        _check_optional_int("offset", offset, "an offset")
-        _check_optional_int("limit", limit, "a page size")
+        check_text("metric", metric, "a metric name", optional=True)
+        check_count("offset", offset, "an offset")
+        check_count("limit", limit, "a page size")
         return self.store.search_model_versions(
             model=name, tag=tag, metric=metric, min_value=min_value, offset=offset, limit=limit
         )
@@ -543,8 +553,7 @@ class Registry:
         process keeps its blob. Temporary files of crashed writes past the grace period go
         too. With ``dry_run`` nothing is deleted and the paths that would be are returned.
         """
-        if not isinstance(dry_run, bool):
-            raise InvalidParameterError("dry_run", f"must be True or False, got {dry_run!r}")
+        check_bool("dry_run", dry_run)
         if (
             isinstance(grace_seconds, bool)
             or not isinstance(grace_seconds, (int, float))

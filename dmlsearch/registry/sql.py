@@ -43,6 +43,7 @@ from ._base import (
     TrialRecord,
     now,
 )
+from ._checks import INT32_MAX, check_count, check_mapping, check_number, check_states, check_text
 
 __all__ = ["SCHEMA_VERSION", "SQLStore", "default_registry_url"]
 
@@ -268,7 +269,16 @@ def _json_default(obj: Any) -> Any:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (from a file name, say) that no database encoding can hold:
+        # escaped, it still loads back as the same string.
+        return json.dumps(obj, default=_json_default, separators=(",", ":"))
+    return text
 
 
 def _loads(text: str | None) -> Any:
@@ -438,44 +448,34 @@ def _is_unavailable(exc: BaseException, dialect: str) -> bool:
 
 def _check_name(param: str, value: object, max_length: int = _MAX_NAME) -> None:
     # PostgreSQL would refuse an over-long VARCHAR where SQLite stores it: refuse it on both.
-    if not isinstance(value, str) or not value or len(value) > max_length:
-        raise InvalidParameterError(
-            param, f"must be a non-empty string of at most {max_length} characters, got {value!r}"
-        )
+    check_text(param, value, "a name", max_length=max_length)
 
 
 def _check_experiment_key(param: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    if isinstance(value, str):
+        check_text(param, value, "an experiment name", max_length=_MAX_NAME)
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidParameterError(
             param,
             f"expected an experiment name (str) or id (int), got {type(value).__name__} {value!r}",
         )
+    check_count(param, value, "an experiment id", minimum=1, maximum=INT32_MAX)
 
 
 def _check_model_args(model: object, version: object = None, alias: object = None) -> None:
     """Refuse a wrong type before it reaches the database driver (a ProgrammingError there)."""
-    if not isinstance(model, str):
-        hint = ""
-        if isinstance(model, ModelVersionRecord):
-            hint = " (for a ModelVersionRecord, pass record.model and version=record.version)"
-        raise InvalidParameterError(
-            "model", f"expected a model name (str), got {type(model).__name__} {model!r}{hint}"
-        )
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-        raise InvalidParameterError(
-            "version", f"expected a version number (int), got {type(version).__name__} {version!r}"
-        )
-    if alias is not None and not isinstance(alias, str):
-        raise InvalidParameterError(
-            "alias", f"expected an alias name (str), got {type(alias).__name__} {alias!r}"
-        )
+    hint = ""
+    if isinstance(model, ModelVersionRecord):
+        hint = " (for a ModelVersionRecord, pass record.model and version=record.version)"
+    check_text("model", model, "a model name", max_length=_MAX_NAME, hint=hint)
+    check_count("version", version, "a version number", minimum=1, maximum=INT32_MAX, optional=True)
+    check_text("alias", alias, "an alias name", max_length=_MAX_NAME, optional=True)
 
 
-def _check_paging(offset: int, limit: int | None) -> None:
-    if offset < 0:
-        raise InvalidParameterError("offset", f"must be >= 0, got {offset}")
-    if limit is not None and limit < 0:
-        raise InvalidParameterError("limit", f"must be >= 0 or None, got {limit}")
+def _check_paging(offset: object, limit: object) -> None:
+    check_count("offset", offset, "an offset")
+    check_count("limit", limit, "a page size", optional=True)
 
 
 def _states(state: str | Sequence[str] | None) -> list[str] | None:
@@ -725,6 +725,7 @@ class SQLStore(RegistryStore):
         cluster: Mapping[str, Any] | None = None,
     ) -> ExperimentRecord:
         _check_name("name", name)
+        check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
         values = {
             "name": name,
             "status": RUNNING,
@@ -862,6 +863,7 @@ class SQLStore(RegistryStore):
 
     @staticmethod
     def _trial_filter(experiment_id: int, state: str | Sequence[str] | None) -> list[Any]:
+        check_states("state", state)
         where: list[Any] = [trials.c.experiment_id == experiment_id]
         states = _states(state)
         if states is not None:
@@ -914,8 +916,7 @@ class SQLStore(RegistryStore):
         return out
 
     def leaderboard(self, experiment_id: int, k: int = 10) -> list[TrialRecord]:
-        if k < 0:
-            raise InvalidParameterError("k", f"must be >= 0, got {k}")
+        check_count("k", k, "a number of trials")
         query = (
             sa.select(trials)
             .where(
@@ -1017,6 +1018,9 @@ class SQLStore(RegistryStore):
     ) -> ModelVersionRecord:
         _check_name("model", model)
         _check_name("format", format, 64)
+        check_mapping("metrics", metrics, "metrics")
+        for key in metrics or {}:
+            _check_name("metrics", key)  # numeric ones are rows keyed by name
         if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
             raise InvalidParameterError(
                 "sha256", f"must be 64 lowercase hex digits, got {sha256!r}"
@@ -1161,6 +1165,20 @@ class SQLStore(RegistryStore):
         limit: int = 100,
     ) -> list[ModelVersionRecord]:
         _check_paging(offset, limit)
+        if model is not None:
+            _check_model_args(model)
+        if tag is not None and not (
+            isinstance(tag, tuple) and len(tag) == 2 and all(isinstance(t, str) for t in tag)
+        ):
+            raise InvalidParameterError(
+                "tag", f"expected a (key, value) pair of strings, got {tag!r}"
+            )
+        if tag is not None:
+            _check_name("tag", tag[0])
+            check_text("tag", tag[1], "a tag value")
+        if metric is not None:
+            _check_name("metric", metric)
+        check_number("min_value", min_value, "a metric value", optional=True)
         if min_value is not None and metric is None:
             raise InvalidParameterError("min_value", "needs `metric` to say which metric")
         query = self._version_query()
@@ -1184,7 +1202,7 @@ class SQLStore(RegistryStore):
                 ),
             )
             if min_value is not None:
-                query = query.where(version_metrics.c.value >= min_value)
+                query = query.where(version_metrics.c.value >= float(min_value))
             query = query.order_by(
                 version_metrics.c.value.desc(), models.c.name, model_versions.c.version
             )
@@ -1195,7 +1213,7 @@ class SQLStore(RegistryStore):
             return self._versions(conn, conn.execute(query).all())
 
     def set_alias(self, model: str, alias: str, version: int) -> None:
-        _check_name("alias", alias)
+        _check_model_args(model, version, alias)
         with self._transaction(write=True) as conn:
             model_id = self._model_id(conn, model)
             version_id = self._version_id(conn, model, version)
@@ -1220,7 +1238,9 @@ class SQLStore(RegistryStore):
                 raise NotFoundError(f"no alias {alias!r} of model {model!r}")
 
     def set_tag(self, model: str, version: int, key: str, value: str) -> None:
+        _check_model_args(model, version)
         _check_name("key", key)
+        check_text("value", str(value), "a tag value")
         with self._transaction(write=True) as conn:
             version_id = self._version_id(conn, model, version)
             stmt = self._insert(version_tags).values(
@@ -1234,6 +1254,8 @@ class SQLStore(RegistryStore):
             )
 
     def delete_tag(self, model: str, version: int, key: str) -> None:
+        _check_model_args(model, version)
+        _check_name("key", key)
         with self._transaction(write=True) as conn:
             version_id = self._version_id(conn, model, version)
             result = conn.execute(
@@ -1245,6 +1267,7 @@ class SQLStore(RegistryStore):
                 raise NotFoundError(f"no tag {key!r} on version {version} of model {model!r}")
 
     def delete_model_version(self, model: str, version: int) -> None:
+        _check_model_args(model, version)
         with self._transaction(write=True) as conn:
             version_id = self._version_id(conn, model, version)
             # Explicit deletes rather than relying on ON DELETE CASCADE being enforced.

@@ -1,0 +1,429 @@
+"""Bad input everywhere (docs/reliability.md): malformed search spaces, SearchCV parameters
+and registry calls raise dmlsearch's own errors, with a message, before any work.
+
+Each property draws wrong types and awkward values (NUL characters, lone surrogates,
+integers past 64 bits, NaN, records where names are expected) and accepts exactly two
+outcomes: the call works, or it raises a ``DmlsearchError``. A raw ``TypeError``,
+``KeyError``, ``AttributeError`` or database driver error fails it. "Before any work":
+``SearchCV.fit`` must refuse before it asks for a cluster, a refused registration writes no
+blob.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+
+import dmlsearch.runner
+import dmlsearch.runner.cluster
+import dmlsearch.search
+from dmlsearch import Registry, SearchCV
+from dmlsearch._validation import cv_splits
+from dmlsearch.exceptions import DmlsearchError, InvalidParameterError, SearchSpaceError
+from dmlsearch.registry import ExperimentRecord, ModelVersionRecord
+from dmlsearch.space import Categorical, Float, Int, as_space
+
+EXAMPLES = settings(
+    max_examples=int(os.environ.get("DMLSEARCH_BAD_INPUT_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+#: Values that break naive code: blank, NUL, a lone surrogate, over-long, alias syntax.
+AWKWARD_TEXT = ["", " ", "\x00", "a\x00b", "\ud800", "clf@", "@x", "x" * 300, "\n"]
+
+RECORD = ModelVersionRecord(
+    model="clf",
+    version=1,
+    artifact_uri="file:///x",
+    sha256="0" * 64,
+    format="skops",
+    metrics={},
+    signature=None,
+    lineage={},
+    trusted_types=[],
+    tags={},
+    aliases=[],
+    created=0.0,
+)
+EXPERIMENT = ExperimentRecord(
+    id=1,
+    name="e",
+    status="complete",
+    created=0.0,
+    config={},
+    package_versions={},
+    data_fingerprint=None,
+    cluster={},
+)
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(AWKWARD_TEXT),
+    st.binary(max_size=4),
+    st.just(RECORD),
+    st.just(EXPERIMENT),
+    st.builds(object),
+    st.just(np.float64("nan")),
+    st.just(np.int64(3)),
+)
+junk = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.one_of(st.text(max_size=5), st.integers()), inner, max_size=3),
+        st.frozensets(st.integers(), max_size=3),
+    ),
+    max_leaves=6,
+)
+
+
+def refused_or_fine(call: Callable[[], Any]) -> DmlsearchError | None:
+    """Run ``call``: None if it worked, the error if it raised one of ours (with a message)."""
+    try:
+        call()
+    except DmlsearchError as exc:
+        assert str(exc).strip(), f"{type(exc).__name__} without a message"
+        return exc
+    return None
+
+
+# -- search spaces -----------------------------------------------------------------------------
+
+dimensions = st.one_of(
+    st.builds(Float, junk, junk, junk),
+    st.builds(Int, junk, junk, junk, junk),
+    st.builds(Categorical, junk),
+)
+names = st.one_of(
+    st.sampled_from(["C", "tol", "max_iter", "no_such", "C__x", *AWKWARD_TEXT]),
+    st.none(),
+    st.integers(),
+    st.text(max_size=8),
+)
+values = st.one_of(
+    junk,
+    st.lists(junk, max_size=4),
+    st.just(np.zeros((2, 2))),
+    st.just(scipy.stats.randint(5, 1)),
+    st.just(scipy.stats.norm(0, -1)),
+    st.just(scipy.stats.uniform(0, 1)),
+)
+spaces = st.one_of(
+    junk,
+    st.dictionaries(names, values, max_size=3),
+    st.lists(st.dictionaries(names, values, max_size=3), max_size=3),
+)
+
+
+@EXAMPLES
+@given(st.data())
+def test_dimensions_with_bad_arguments_raise_search_space_error(data: st.DataObject) -> None:
+    try:
+        dim = data.draw(dimensions)
+    except SearchSpaceError as exc:
+        assert str(exc).strip()
+        return
+    # A dimension that was accepted samples without error.
+    dim.sample(np.random.default_rng(0))
+
+
+@EXAMPLES
+@given(spaces)
+def test_malformed_search_spaces_raise_search_space_error(space: Any) -> None:
+    error = refused_or_fine(lambda: as_space(space))
+    if error is None:
+        as_space(space).sample(np.random.default_rng(0))  # accepted: it can be drawn from
+    else:
+        assert isinstance(error, SearchSpaceError)
+
+
+# -- SearchCV ----------------------------------------------------------------------------------
+
+
+class WorkStarted(Exception):
+    """Raised where SearchCV.fit would reach the cluster."""
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise WorkStarted
+
+    for module in (dmlsearch.search, dmlsearch.runner, dmlsearch.runner.cluster):
+        monkeypatch.setattr(module, "resolve_client", refuse, raising=False)
+    monkeypatch.setattr(dmlsearch.runner.cluster, "start_local_cluster", refuse)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    return make_classification(n_samples=30, n_features=4, n_informative=2, random_state=0)
+
+
+_DEFAULT = object()
+
+
+def fit_outcome(data: Any, estimator: Any = _DEFAULT, **params: Any) -> DmlsearchError | None:
+    """The error SearchCV.fit raised before any work, or None if it went on to the cluster."""
+    search = SearchCV(
+        LogisticRegression() if estimator is _DEFAULT else estimator,
+        params.pop("search_space", {"C": [1.0]}),
+        **{"progress": False, **params},
+    )
+    try:
+        return refused_or_fine(lambda: search.fit(*data))
+    except WorkStarted:
+        return None
+
+
+@EXAMPLES
+@given(space=spaces)
+def test_search_cv_refuses_malformed_spaces_before_any_work(
+    no_work: None, data: Any, space: Any
+) -> None:
+    error = fit_outcome(data, search_space=space)
+    assert error is None or isinstance(error, InvalidParameterError), error
+
+
+PARAMETERS = [
+    "strategy", "n_trials", "cv", "scoring", "refit", "error_score", "return_train_score",
+    "random_state", "max_concurrent_trials", "trial_timeout", "time_budget",
+    "time_budget_policy", "max_retries", "progress", "experiment_name", "resume",
+    "dashboard", "keep_oof", "scheduler", "resource", "min_resource", "max_resource",
+    "reduction_factor", "registry",
+]  # fmt: skip
+
+
+@EXAMPLES
+@given(name=st.sampled_from([*PARAMETERS, "estimator"]), value=junk)
+def test_search_cv_parameters_of_any_type_fail_only_with_our_errors(
+    no_work: None, data: Any, name: str, value: Any
+) -> None:
+    if name == "registry" and isinstance(value, str):
+        value = f"not-a-url-{value!r}"  # never a database a random string could name
+    error = (
+        fit_outcome(data, estimator=value)
+        if name == "estimator"
+        else fit_outcome(data, **{name: value})
+    )
+    # A registry URL that names no database is a RegistryError; everything else is named.
+    assert error is None or isinstance(error, InvalidParameterError) or name == "registry"
+
+
+BAD_PARAMETERS = [
+    ("estimator", LogisticRegression, "estimator"),
+    ("estimator", None, "estimator"),
+    ("cv", 0, "cv"),
+    ("cv", 1, "cv"),
+    ("cv", "five", "cv"),
+    ("cv", 1.5, "cv"),
+    ("cv", object(), "cv"),
+    ("return_train_score", "yes", "return_train_score"),
+    ("return_train_score", None, "return_train_score"),
+    ("n_trials", 0, "n_trials"),
+    ("n_trials", 1.5, "n_trials"),
+    ("max_retries", -1, "max_retries"),
+    ("trial_timeout", float("inf"), "trial_timeout"),
+    ("time_budget_policy", "later", "time_budget_policy"),
+    ("error_score", "ignore", "error_score"),
+    ("random_state", -1, "random_state"),
+    ("random_state", "seed", "random_state"),
+    ("refit", 3, "refit"),
+    ("resume", "yes", "resume"),
+    ("resume", True, "resume"),  # without a registry and an experiment name
+    ("progress", "yes", "progress"),
+    ("experiment_name", " ", "experiment_name"),
+    ("dashboard", None, "dashboard"),
+    ("registry", 3, "registry"),
+    ("strategy", "no_such_strategy", "strategy"),
+    ("scoring", "no_such_metric", "scoring"),
+    ("search_space", {"no_such_param": [1, 2]}, "search_space"),
+    ("search_space", {"C": scipy.stats.randint(5, 1)}, "search_space['C']"),
+    ("search_space", {"C": "1.0"}, "search_space['C']"),
+    ("search_space", [], "search_space"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "param"), BAD_PARAMETERS)
+def test_each_bad_parameter_is_named_before_any_work(
+    no_work: None, data: Any, name: str, value: Any, param: str
+) -> None:
+    if name == "estimator":
+        error = fit_outcome(data, estimator=value)
+    else:
+        error = fit_outcome(data, **{name: value})
+    assert isinstance(error, InvalidParameterError), f"{name}={value!r} was accepted"
+    assert error.param == param, error
+
+
+def test_a_client_that_is_not_one_is_refused_before_a_cluster_starts(data: Any) -> None:
+    for client in (3, object(), RECORD):
+        search = SearchCV(LogisticRegression(), {"C": [1.0]}, client=client, progress=False)
+        with pytest.raises(InvalidParameterError, match="client"):
+            search.fit(*data)
+
+
+@pytest.mark.parametrize(
+    ("cv", "match"),
+    [
+        (1000, "cannot split the data"),  # more folds than rows
+        ([(np.arange(10), np.arange(10, 40))], "indices must be in"),
+        ([(np.arange(10), np.array([], dtype=int))], "empty"),
+        ([(1, 2)], "1-d array"),
+        ([(np.arange(5),)], r"\(train, test\) pair"),
+        ([(np.zeros((2, 2), dtype=int), np.arange(5))], "1-d array"),
+    ],
+)
+def test_cv_splits_that_cannot_work_on_the_data_are_named(data: Any, cv: Any, match: str) -> None:
+    X, y = data
+    with pytest.raises(InvalidParameterError, match=match) as info:
+        cv_splits(cv, X, y, None, classifier=True)
+    assert info.value.param == "cv"
+    good = cv_splits([(np.arange(20), np.arange(20, 30))], X, y, None, classifier=True)
+    assert [len(part) for part in good[0]] == [20, 10]
+
+
+# -- registry ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
+    from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
+
+    folder = tmp_path_factory.mktemp(f"bad-input-{request.param}")
+    if request.param == "sqlite":
+        with Registry(f"sqlite:///{folder / 'r.db'}", str(folder / "artifacts")) as reg:
+            reg.register_model("clf", LogisticRegression())
+            yield reg
+    else:
+        url = os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)
+        with postgres_schema(url) as scoped, Registry(scoped, str(folder / "artifacts")) as reg:
+            reg.register_model("clf", LogisticRegression())
+            yield reg
+
+
+REGISTRY_CALLS: dict[str, Callable[[Registry, Any], Any]] = {
+    "load_model(name)": lambda r, v: r.load_model(v),
+    "load_model(version=)": lambda r, v: r.load_model("clf", version=v),
+    "load_model(alias=)": lambda r, v: r.load_model("clf", alias=v),
+    "model_version(name)": lambda r, v: r.model_version(v),
+    "versions(name)": lambda r, v: r.versions(v),
+    "set_alias(alias)": lambda r, v: r.set_alias("clf", v, 1),
+    "set_alias(version)": lambda r, v: r.set_alias("clf", "champion", v),
+    "set_alias(name)": lambda r, v: r.set_alias(v, "champion", 1),
+    "delete_alias(alias)": lambda r, v: r.delete_alias("clf", v),
+    "delete_version(version)": lambda r, v: r.delete_version("no-such-model", v),
+    "experiment(name_or_id)": lambda r, v: r.experiment(v),
+    "trials(experiment)": lambda r, v: r.trials(v),
+    "trials(state=)": lambda r, v: r.trials("no-such-experiment", state=v),
+    "leaderboard(k=)": lambda r, v: r.leaderboard("no-such-experiment", k=v),
+    "delete_experiment(name_or_id)": lambda r, v: r.delete_experiment(v),
+    "search_models(name=)": lambda r, v: r.search_models(name=v),
+    "search_models(tag=)": lambda r, v: r.search_models(tag=v),
+    "search_models(metric=)": lambda r, v: r.search_models(metric=v),
+    "search_models(min_value=)": lambda r, v: r.search_models(metric="score", min_value=v),
+    "search_models(offset=)": lambda r, v: r.search_models(offset=v),
+    "search_models(limit=)": lambda r, v: r.search_models(limit=v),
+    "gc(grace_seconds=)": lambda r, v: r.gc(dry_run=True, grace_seconds=v),
+    "gc(dry_run=)": lambda r, v: r.gc(dry_run=v, grace_seconds=3600),
+}
+REGISTER_ARGUMENTS = [
+    "name", "metrics", "experiment", "trial", "data_fingerprint", "signature", "lineage",
+    "allow_pickle",
+]  # fmt: skip
+
+
+@EXAMPLES
+@given(call=st.sampled_from(sorted(REGISTRY_CALLS)), value=junk)
+def test_registry_calls_with_any_argument_fail_only_with_our_errors(
+    registry: Registry, call: str, value: Any
+) -> None:
+    refused_or_fine(lambda: REGISTRY_CALLS[call](registry, value))
+
+
+@EXAMPLES
+@given(argument=st.sampled_from(REGISTER_ARGUMENTS), value=junk)
+def test_register_model_refuses_bad_arguments_before_writing(
+    registry: Registry, argument: str, value: Any
+) -> None:
+    kwargs: dict[str, Any] = {"name": "junk-target", argument: value}
+    before = {b.path for b in registry.artifacts.blobs()}
+    model = LogisticRegression(C=0.5)
+    error = refused_or_fine(lambda: registry.register_model(model=model, **kwargs))
+    if isinstance(error, InvalidParameterError):
+        assert {b.path for b in registry.artifacts.blobs()} == before  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("call", "param"),
+    [
+        (lambda r: r.load_model(RECORD), "name"),
+        (lambda r: r.load_model(3), "name"),
+        (lambda r: r.load_model("clf", version=-1), "version"),
+        (lambda r: r.load_model("clf", version=0), "version"),
+        (lambda r: r.load_model("clf", version=2**31), "version"),
+        (lambda r: r.load_model("clf", version="1"), "version"),
+        (lambda r: r.load_model("clf", alias=""), "alias"),
+        (lambda r: r.load_model("clf", alias="a\x00b"), "alias"),
+        (lambda r: r.load_model("\ud800"), "name"),
+        (lambda r: r.set_alias("clf", " ", 1), "alias"),
+        (lambda r: r.set_alias("clf", "champion", None), "version"),
+        (lambda r: r.versions(None), "name"),
+        (lambda r: r.experiment(EXPERIMENT), "name_or_id"),
+        (lambda r: r.experiment(2**40), "name_or_id"),
+        (lambda r: r.trials("e", state=3), "state"),
+        (lambda r: r.leaderboard("e", k=-1), "k"),
+        (lambda r: r.search_models(tag="key=value"), "tag"),
+        (lambda r: r.search_models(offset=None), "offset"),
+        (lambda r: r.search_models(limit=2**64), "limit"),
+        (lambda r: r.search_models(metric="score", min_value="high"), "min_value"),
+        (lambda r: r.search_models(metric="score", min_value=float("nan")), "min_value"),
+        (lambda r: r.register_model("c", LogisticRegression(), metrics=[("a", 1)]), "metrics"),
+        (lambda r: r.register_model("c", LogisticRegression(), metrics={1: 0.5}), "metrics"),
+        (lambda r: r.register_model("c", LogisticRegression(), lineage="x"), "lineage"),
+        (lambda r: r.register_model("c", LogisticRegression(), trial=-1), "trial"),
+        (lambda r: r.register_model("c", LogisticRegression(), allow_pickle="no"), "allow_pickle"),
+        (lambda r: r.register_model("c", LogisticRegression(), data_fingerprint=3), "data_fingerprint"),
+        (lambda r: r.register_model("a\x00b", LogisticRegression()), "name"),
+        (lambda r: r.register_model(" ", LogisticRegression()), "name"),
+        (lambda r: r.gc(grace_seconds=-1), "grace_seconds"),
+    ],
+)  # fmt: skip
+def test_each_bad_registry_argument_is_named(
+    registry: Registry, call: Callable[[Registry], Any], param: str
+) -> None:
+    with pytest.raises(InvalidParameterError) as info:
+        call(registry)
+    assert info.value.param == param, info.value
+    assert [v.version for v in registry.versions("clf")] == [1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [({"url": ""}, "url"), ({"url": 3}, "url"), ({"artifacts": " "}, "artifacts")],
+)
+def test_registry_locations_that_are_not_locations(
+    tmp_path: Path, kwargs: dict[str, Any], param: str
+) -> None:
+    kwargs.setdefault("url", f"sqlite:///{tmp_path / 'r.db'}")
+    with pytest.raises(InvalidParameterError) as info:
+        Registry(**kwargs)
+    assert info.value.param == param
+    assert not (tmp_path / "r.db").exists()
