@@ -1,7 +1,8 @@
 """Multi-fidelity schedulers: WHEN a trial starts, is promoted to more budget, or stops.
 
 Pure policies over an immutable :class:`History`; no Dask import (see
-``docs/multifidelity.md``). Not yet wired into ``SearchCV``.
+``docs/multifidelity.md``). ``SearchCV(scheduler=...)`` runs them on the cluster
+(:mod:`dmlsearch.runner.rungs`).
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ class Scheduler(ABC):
     * Not thread-safe: one thread (the runner's loop) drives it.
     """
 
-    #: The name ``SearchCV(scheduler=...)`` will take.
+    #: The name ``SearchCV(scheduler=...)`` takes.
     name: str = "scheduler"
 
     @abstractmethod
