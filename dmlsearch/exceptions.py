@@ -13,6 +13,7 @@ __all__ = [
     "InvalidParameterError",
     "NoWorkersError",
     "NotSupportedError",
+    "SchedulerLostError",
     "SearchSpaceError",
     "TrainingError",
     "TrialTimeoutError",
@@ -89,3 +90,11 @@ class NotSupportedError(DmlsearchError, NotImplementedError):
 
 class GangWorkerLostError(GangError):
     """A gang's rank was lost with its worker (``worker``), not by raising."""
+
+
+class SchedulerLostError(DmlsearchError, RuntimeError):
+    """The Dask scheduler stopped answering during a run (killed, its machine lost).
+
+    What was recorded before stays recorded; with a registry, start a new cluster and run
+    again with ``resume=True`` to finish.
+    """
