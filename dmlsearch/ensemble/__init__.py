@@ -27,7 +27,10 @@ __all__ = [
     "MemberLostError",
     "StackingClassifier",
     "StackingRegressor",
+    "WeightedEnsemble",
+    "register_ensemble",
     "release_oof",
+    "reweight_ensemble",
 ]
 
 _LAZY = {
@@ -37,11 +40,15 @@ _LAZY = {
     "StackingClassifier": ".stacking",
     "StackingRegressor": ".stacking",
     "release_oof": "._selection_source",
+    "WeightedEnsemble": ".registered",
+    "register_ensemble": ".registered",
+    "reweight_ensemble": ".registered",
 }
 
 if TYPE_CHECKING:
     from ._selection_source import release_oof
     from .bagging import BaggingClassifier, BaggingRegressor
+    from .registered import WeightedEnsemble, register_ensemble, reweight_ensemble
     from .selection import EnsembleSelection
     from .stacking import StackingClassifier, StackingRegressor
 
