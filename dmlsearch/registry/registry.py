@@ -28,7 +28,10 @@ from .sql import SQLStore, default_registry_url, sqlite_path
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Registry", "as_registry"]
+__all__ = ["ENSEMBLE_FORMAT", "Registry", "as_registry"]
+
+#: The format of an ensemble version: JSON naming member versions and weights.
+ENSEMBLE_FORMAT = "dmlsearch-ensemble"
 
 _ARTIFACTS_FOLDER = "dmlsearch-artifacts"
 
@@ -352,7 +355,30 @@ class Registry:
             check_mapping(param, value, param)
         check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
         check_bool("allow_pickle", allow_pickle)
-        serialized = dump_model(model, allow_pickle=allow_pickle)
+        return self._register_serialized(
+            name,
+            dump_model(model, allow_pickle=allow_pickle),
+            metrics=metrics,
+            experiment=experiment,
+            trial=trial,
+            data_fingerprint=data_fingerprint,
+            signature=signature,
+            lineage=lineage,
+        )
+
+    def _register_serialized(
+        self,
+        name: str,
+        serialized: Serialized,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        experiment: str | int | None = None,
+        trial: int | None = None,
+        data_fingerprint: str | None = None,
+        signature: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
+    ) -> ModelVersionRecord:
+        """Store ``serialized`` as the next version of ``name`` (arguments already checked)."""
         links: dict[str, Any] = dict(lineage or {})
         if experiment is not None:
             exp = self.experiment(experiment)
@@ -418,6 +444,11 @@ class Registry:
         data = self.artifacts.get(
             record.sha256, what=f"of model {record.model!r} version {record.version}"
         )
+        if record.format == ENSEMBLE_FORMAT:
+            # An ensemble's blob names its member versions: load each, then assemble.
+            from ..ensemble.registered import load_ensemble
+
+            return load_ensemble(self, record, data, allow_pickle=allow_pickle, module=module)
         serialized = Serialized(
             data,
             record.format,
