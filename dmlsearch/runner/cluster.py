@@ -17,13 +17,14 @@ import distributed.nanny
 import distributed.process
 from distributed import Client, LocalCluster, Nanny
 
-from ..exceptions import DmlsearchError, InvalidParameterError
+from ..exceptions import DmlsearchError, InvalidParameterError, SchedulerLostError
 
 __all__ = [
     "WarmNanny",
     "cluster_shape",
     "embedded_cluster",
     "resolve_client",
+    "scheduler_loss",
     "start_local_cluster",
 ]
 
@@ -241,6 +242,45 @@ def _connect(address: str) -> Client:
         raise InvalidParameterError(
             "client", f"cannot connect to a Dask scheduler at {address!r}: {exc}{hint}"
         ) from exc
+
+
+def _lost_scheduler(
+    client: Client, address: str | None, exc: BaseException
+) -> SchedulerLostError | None:
+    """The error to raise for ``exc`` if it means the scheduler is gone, else None."""
+    from distributed.client import ClosedClientError
+
+    # A CommClosedError while the client still runs is a worker's or a task's business.
+    status = str(getattr(client, "status", "running"))
+    if not isinstance(exc, ClosedClientError) and status == "running":
+        return None
+    return SchedulerLostError(
+        f"lost the Dask scheduler at {address or '(unknown address)'} during the run (the client is {status}; "
+        f"{type(exc).__name__}: {str(exc).strip() or 'no message'}). What was recorded "
+        "before stays recorded: start a new cluster and run again with resume=True (same "
+        "registry and experiment_name) to finish"
+    )
+
+
+@contextmanager
+def scheduler_loss(client: Client) -> Iterator[None]:
+    """Turn the errors of a scheduler that died mid-run into one SchedulerLostError.
+
+    Without it the run ends with distributed's ``ClosedClientError`` or ``CommClosedError``
+    raised from wherever the loop was (cancelling futures, gathering a result), chained to
+    several others. The client closes itself once it fails to reconnect within its
+    ``timeout`` (10 s for a scheduler address given to dmlsearch, else
+    ``distributed.comm.timeouts.connect``): that is how long a run takes to end.
+    """
+    address = getattr(client.scheduler, "address", None)  # gone once the client closes
+    try:
+        yield
+    except Exception as exc:
+        lost = _lost_scheduler(client, address, exc)
+        if lost is None:
+            raise
+        logger.debug("the scheduler was lost", exc_info=exc)
+        raise lost from None
 
 
 @contextmanager

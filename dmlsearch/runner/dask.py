@@ -17,6 +17,7 @@ from distributed import Client
 from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec
 from ..progress import NullProgress
 from ..strategies import Strategy
+from .cluster import scheduler_loss
 from .loop import RunStats, WorkLoop
 from .trials import StrategySource, TrialKind
 from .units import UnitPolicy
@@ -165,4 +166,5 @@ class DaskRunner:
             on_tick=tick,
         )
         self.stats = loop.stats
-        loop.run()
+        with scheduler_loss(self.client):
+            loop.run()

@@ -1,0 +1,160 @@
+"""The scheduler dies mid-search (docs/reliability.md): the driver ends with
+SchedulerLostError, the registry is intact, and ``resume=True`` on a new cluster finishes
+the experiment with every trial exactly once.
+
+The cluster is a real ``dask scheduler`` and ``dask worker``, as a user would start them
+(and as ``cluster.address`` in an experiment file points at).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import make_classification
+
+from dmlsearch import Registry, SearchCV
+from dmlsearch.exceptions import SchedulerLostError
+from dmlsearch.testing import SleepyClassifier
+
+pytestmark = pytest.mark.cluster
+
+N_TRIALS = 16
+EXPERIMENT = "scheduler-loss"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def dask_cluster(folder: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A ``dask scheduler`` and a ``dask worker`` (one process, one thread), each in its own
+    process group; yields the address and the scheduler's process. Everything is killed on
+    exit."""
+    dask = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    assert dask is not None
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+    folder.mkdir(parents=True, exist_ok=True)
+    commands = [
+        [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+        [dask, "worker", address, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
+         "--local-directory", str(folder)],
+    ]  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
+    with (folder / "logs.txt").open("ab") as log:
+        try:
+            for command in commands:
+                procs.append(
+                    subprocess.Popen(
+                        command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                        start_new_session=True,
+                    )
+                )  # fmt: skip
+            with Client(address, timeout="30s", set_as_default=False) as client:
+                client.wait_for_workers(1, timeout=60)
+            yield address, procs[0]
+        finally:
+            for proc in procs:
+                with suppress(ProcessLookupError):  # the worker's nanny and its child too
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    return make_classification(n_samples=40, n_features=4, random_state=0)
+
+
+def search_of(client: Any, registry: Registry, *, resume: bool, trials: int = N_TRIALS) -> SearchCV:
+    """A grid search of ``trials`` 0.3 s trials (2 folds of 0.15 s), recorded in ``registry``."""
+    return SearchCV(
+        SleepyClassifier(seconds=0.15),
+        {"parameter": [float(i) for i in range(trials)]},
+        strategy="grid",
+        cv=2,
+        client=client,
+        registry=registry,
+        experiment_name=EXPERIMENT,
+        resume=resume,
+        progress=False,
+    )
+
+
+def recorded(url: str, artifacts: str) -> int:
+    try:
+        with Registry(url, artifacts, create=False) as registry:
+            return len(registry.trials(EXPERIMENT))
+    except Exception:  # not created yet
+        return 0
+
+
+def test_scheduler_killed_mid_search_then_resumed_on_a_new_cluster(
+    tmp_path: Path, data: Any
+) -> None:
+    X, y = data
+    url, artifacts = f"sqlite:///{tmp_path / 'registry.db'}", str(tmp_path / "artifacts")
+    outcome: dict[str, Any] = {}
+
+    def fit(address: str) -> None:
+        try:
+            search_of(address, Registry(url, artifacts), resume=False).fit(X, y)
+        except BaseException as exc:
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    with dask_cluster(tmp_path / "first") as (address, scheduler):
+        driver = threading.Thread(target=fit, args=(address,), daemon=True)
+        driver.start()
+        deadline = time.monotonic() + 60
+        while recorded(url, artifacts) < 3:  # mid-search: some trials are recorded
+            assert driver.is_alive(), outcome
+            assert time.monotonic() < deadline, "the search never got going"
+            time.sleep(0.05)
+        scheduler.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        driver.join(timeout=60)
+        assert not driver.is_alive(), "the driver was still running 60 s after the scheduler died"
+    error = outcome.get("error")
+    assert isinstance(error, SchedulerLostError), repr(error)
+    assert address in str(error) and "resume=True" in str(error)
+    assert error.__suppress_context__  # one error, not distributed's chain
+    print(f"\nthe driver ended {outcome['ended'] - killed:.1f} s after the scheduler died")
+
+    with Registry(url, artifacts, create=False) as registry:
+        assert registry.verify_errors() == {}
+        assert all(registry.verify().values())
+        before = registry.trials(EXPERIMENT)
+        assert 3 <= len(before) < N_TRIALS
+        assert before["number"].is_unique
+        assert set(before["state"]) == {"complete"}
+        assert registry.experiment(EXPERIMENT).status != "running"
+
+    with dask_cluster(tmp_path / "second") as (address, _):
+        search = search_of(address, Registry(url, artifacts), resume=True).fit(X, y)
+    assert len(search.cv_results_["params"]) == N_TRIALS
+    assert search.runner_stats_.recorded == N_TRIALS - len(before)  # nothing ran twice
+    with Registry(url, artifacts, create=False) as registry:
+        after = registry.trials(EXPERIMENT)
+        assert sorted(after["number"]) == list(range(N_TRIALS))  # each exactly once
+        assert set(after["state"]) == {"complete"}
+        assert registry.experiment(EXPERIMENT).status == "complete"
+        assert registry.verify_errors() == {}
+        assert registry.load_model(EXPERIMENT).parameter in range(N_TRIALS)
