@@ -436,6 +436,11 @@ def _run(
     def replaced(summary: dict[str, Any]) -> None:
         typer.echo(f"deleted the previous experiment {cfg.name!r} ({_deleted(summary)})", err=True)
 
+    ensembles: list[dict[str, Any]] = []
+
+    def selected(selection: Any, record: Any) -> None:
+        ensembles.append(_ensemble_row(record, selection.oof_score_))
+
     start = time.perf_counter()
     search = run_experiment(
         cfg,
@@ -444,8 +449,10 @@ def _run(
         registry_url=registry,
         overwrite=overwrite,
         on_overwrite=replaced,
+        on_ensemble=selected,
     )
     result = _result(search, time.perf_counter() - start)
+    result["ensembles"] = ensembles
     if json_:
         _echo_json(result)
         return
@@ -465,6 +472,42 @@ def _run(
             f"registered model {result['model']['name']} v{result['model']['version']}; "
             f"`dmlsearch show {result['experiment']}` for the leaderboard"
         )
+    for ens in ensembles:
+        console.print(_ensemble_line(ens))
+
+
+def _ensemble_row(record: Any, oof_score: float | None = None) -> dict[str, Any]:
+    """An ensemble version as ``run --json`` and ``show --json`` give it."""
+    score = record.metrics.get("oof_score") if oof_score is None else oof_score
+    return {
+        "name": record.model,
+        "version": record.version,
+        "members": list(record.lineage.get("members", [])),
+        "weights": list(record.lineage.get("weights", [])),
+        "trials": list(record.lineage.get("trials", [])),
+        "oof_score": score,
+    }
+
+
+def _ensemble_line(ens: dict[str, Any]) -> str:
+    trials = ", ".join(f"{t}:{w:.2f}" for t, w in zip(ens["trials"], ens["weights"], strict=False))
+    score = "" if ens["oof_score"] is None else f", out-of-fold score {ens['oof_score']:.4f}"
+    return (
+        f"ensemble {ens['name']} v{ens['version']}: {len(ens['members'])} members"
+        f"{score} (trial:weight {trials})"
+    )
+
+
+def _experiment_ensembles(reg: Any, experiment: str) -> list[dict[str, Any]]:
+    """The ensemble versions registered from ``experiment``, oldest first."""
+    from .registry.registry import ENSEMBLE_FORMAT
+
+    return [
+        _ensemble_row(v)
+        for name in reg.models()
+        for v in reg.versions(name)
+        if v.format == ENSEMBLE_FORMAT and v.lineage.get("experiment") == experiment
+    ]
 
 
 def _result(search: Any, elapsed: float) -> dict[str, Any]:
@@ -473,11 +516,14 @@ def _result(search: Any, elapsed: float) -> dict[str, Any]:
     best = getattr(search, "best_index_", None)
     version = getattr(search, "model_version_", None)
     metric = search.scoring if isinstance(search.scoring, str) else search.refit
+    # A multi-fidelity search records a trial once per rung: count each trial once, by its
+    # last step.
+    last = {t.number: t for t in trials}
     return {
         "experiment": getattr(search, "experiment_name_", search.experiment_name),
         "experiment_id": getattr(search, "experiment_id_", None),
-        "n_trials": len(trials),
-        "failed": sum(1 for t in trials if t.state != "complete"),
+        "n_trials": len(last),
+        "failed": sum(1 for t in last.values() if t.state != "complete"),
         "elapsed": elapsed,
         "metric": metric if isinstance(metric, str) else "score",
         "best_score": getattr(search, "best_score_", None),
@@ -577,6 +623,7 @@ def show(
         exp = _experiment(reg, experiment)
         board = reg.leaderboard(exp.id, k=k)
         counts = reg.trials(exp.id)["state"].value_counts().to_dict()
+        ensembles = _experiment_ensembles(reg, exp.name)
     metric = _metric(exp)
     if json_:
         _echo_json(
@@ -587,6 +634,7 @@ def show(
                 "metric": metric,
                 "trials": {str(k_): int(v) for k_, v in counts.items()},
                 "leaderboard": _records(board),
+                "ensembles": ensembles,
             }
         )
         return
@@ -598,6 +646,8 @@ def show(
         # The value is the mean cross-validated score: name it as scikit-learn's cv_results_.
         board = board.rename(columns={"value": f"mean_test_{metric}"})
         _table(board, title=f"top {len(board)} of {exp.name} by mean {metric}")
+    for ens in ensembles:
+        typer.echo(_ensemble_line(ens))
 
 
 @app.command()

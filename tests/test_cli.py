@@ -190,6 +190,30 @@ def test_examples_run_on_a_cluster(
     assert listed[0]["name"] == out["experiment"]
 
 
+def test_scheduler_and_ensemble_sections_run_and_show(in_tmp: Path, client: Client) -> None:
+    address = client.scheduler.address
+    common = ["--no-progress", "--set", f"cluster.address={address}"]
+    out = ok_json("run", EXPERIMENTS / "asha_sgd.yaml", *common, "--set", "search.n_trials=8")
+    assert out["n_trials"] == 8 and out["failed"] == 0 and out["ensembles"] == []
+    out = ok_json(
+        "run", EXPERIMENTS / "ensemble_selection.yaml", *common, "--set", "search.n_trials=6"
+    )
+    assert out["n_trials"] == 6 and len(out["ensembles"]) == 1
+    ensemble = out["ensembles"][0]
+    assert ensemble["name"] == "trees-ensemble-wine-ensemble" and ensemble["version"] == 1
+    assert sum(ensemble["weights"]) == pytest.approx(1.0)
+    assert 0.5 < ensemble["oof_score"] <= 1  # accuracy over all out-of-fold rows
+    assert set(ensemble["trials"]) <= set(range(6))
+    shown = ok_json("show", "trees-ensemble-wine")
+    assert shown["ensembles"] == [{**ensemble, "oof_score": pytest.approx(ensemble["oof_score"])}]
+    assert (
+        "ensemble trees-ensemble-wine-ensemble v1" in invoke("show", "trees-ensemble-wine").stdout
+    )
+    with Registry(f"sqlite:///{in_tmp / 'dmlsearch.db'}") as registry:
+        loaded = registry.load_model("trees-ensemble-wine-ensemble")
+        assert loaded.members_ == ensemble["trials"]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

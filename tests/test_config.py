@@ -35,7 +35,14 @@ from dmlsearch.config import (
 from dmlsearch.exceptions import DmlsearchError
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-EXAMPLES = ["quickstart", "xgboost_csv", "loader", "scheduler_address"]
+EXAMPLES = [
+    "quickstart",
+    "xgboost_csv",
+    "loader",
+    "scheduler_address",
+    "asha_sgd",
+    "ensemble_selection",
+]
 
 # A valid file, as a dict: the base every malformed example below is a mutation of.
 VALID: dict[str, Any] = {

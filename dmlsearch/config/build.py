@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._common import ConfigError, Problem, _known, _Problems, _suggest
 from ._data_model import DataSection, _build_model, _infer_format, _sklearn_datasets
+from ._ensemble import EnsembleSection
 from ._imports import _build_spec, _import
 from ._load import _format_path
 from .schema import ExperimentConfig, LocalClusterSection, _dimensions
@@ -225,6 +226,7 @@ def build_search(
         registry=registry if registry is not None else make_registry(cfg),
         experiment_name=cfg.name,
         resume=resume,
+        keep_oof=cfg.ensemble is not None,
         **(cfg.scheduler.search_kwargs() if cfg.scheduler is not None else {}),
     )
 
@@ -237,6 +239,7 @@ def run_experiment(
     registry_url: str | None = None,
     overwrite: bool = False,
     on_overwrite: Callable[[dict[str, Any]], None] | None = None,
+    on_ensemble: Callable[[Any, Any], None] | None = None,
 ) -> SearchCV:
     """Load the data, open the cluster and the registry, run the search; returns it fitted.
 
@@ -244,7 +247,8 @@ def run_experiment(
     continues it instead), before any cluster is started. ``overwrite=True`` deletes that
     experiment instead (:meth:`Registry.delete_experiment`), once the data is loaded and the
     cluster is open, so that a file that cannot run leaves it as it was; ``on_overwrite``
-    receives the deletion's summary.
+    receives the deletion's summary. With an ``ensemble:`` section, the selection and its
+    registered version are passed to ``on_ensemble`` once registered.
     """
     from ..registry import NotFoundError
 
@@ -282,7 +286,34 @@ def run_experiment(
                 cfg, client=client, registry=registry, progress=progress, resume=resume
             )
             search.fit(X, y)
+            if cfg.ensemble is not None:
+                _select_ensemble(cfg, cfg.ensemble, search, X, y, client, registry, on_ensemble)
     return search
+
+
+def _select_ensemble(
+    cfg: ExperimentConfig,
+    section: EnsembleSection,
+    search: SearchCV,
+    X: Any,
+    y: Any,
+    client: Any,
+    registry: Any,
+    on_ensemble: Callable[[Any, Any], None] | None,
+) -> None:
+    """The ``ensemble:`` section: select over the search's trials, register the result."""
+    from ..ensemble import EnsembleSelection, register_ensemble
+
+    selection = EnsembleSelection(search, client=client, **section.selection_kwargs()).fit(X, y)
+    record = register_ensemble(
+        registry,
+        section.model_name or f"{cfg.name}-ensemble",
+        selection,
+        experiment=cfg.name,
+        metrics={"oof_score": selection.oof_score_},
+    )
+    if on_ensemble is not None:
+        on_ensemble(selection, record)
 
 
 def summary(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -314,6 +345,7 @@ def summary(cfg: ExperimentConfig) -> dict[str, Any]:
         "cv": cfg.search.cv if isinstance(cfg.search.cv, int) else cfg.search.cv.get("class"),
         "scoring": cfg.search.scoring,
         "scheduler": None if cfg.scheduler is None else cfg.scheduler.search_kwargs(),
+        "ensemble": None if cfg.ensemble is None else cfg.ensemble.model_dump(),
         "cluster": cluster,
         "registry": cfg.registry.url,
     }

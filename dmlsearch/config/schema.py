@@ -30,6 +30,7 @@ from ._data_model import (
     _model_shorthand,
     _Section,
 )
+from ._ensemble import EnsembleSection
 from ._imports import _base_dir, _build_spec, _build_value, _import, _ImportFailed, _is_spec
 from ._scheduler import SchedulerSection, check_resource_problem
 
@@ -483,6 +484,7 @@ class ExperimentConfig(_Section):
     model: Annotated[ModelSection, BeforeValidator(_model_shorthand)]
     search: SearchSection
     scheduler: SchedulerSection | None = None
+    ensemble: EnsembleSection | None = None
     cluster: ClusterSection | None = None
     registry: RegistrySection = Field(default_factory=RegistrySection)
 
