@@ -74,7 +74,9 @@ class _Fixed(BaseEstimator):
         return self.classes.take(self.prediction.argmax(axis=1))
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        return self.prediction
+        # Rows of float32 probabilities sum to 1 only within float32's precision, which
+        # scikit-learn's log loss warns about: make them exact.
+        return self.prediction / self.prediction.sum(axis=1, keepdims=True)
 
     def score(self, X: Any, y: Any) -> float:
         if self.classes is None:
