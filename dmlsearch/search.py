@@ -13,7 +13,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,9 @@ from .registry import FormatError, Registry, RegistryError, as_registry
 from .runner import DaskRunner, cluster_shape, resolve_client
 from .space import as_space, describe_value
 from .strategies import Strategy, make_strategy
+
+if TYPE_CHECKING:
+    from .runner.gang_trials import GangTrialRunner
 
 __all__ = ["SearchCV"]
 
@@ -150,6 +153,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         store them: in the registry's artifact store when there is a registry, else in
         their own memory (then ``client`` must be a cluster that outlives ``fit``). Read
         one with :meth:`oof_predictions`; see docs/ensembles.md.
+    workers_per_trial : int
+        Workers each trial trains on at once. Above 1, each trial is a gang of that many
+        workers reserved together, trained with xgboost's Dask engine (the estimator must
+        be xgboost's ``XGBClassifier``/``XGBRegressor`` or an RF variant); a worker lost
+        mid-training fails that trial within seconds and the search goes on. See
+        docs/ensembles.md (Boosting on a gang).
 
     Attributes
     ----------
@@ -194,6 +203,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         resume: bool = False,
         dashboard: bool = True,
         keep_oof: bool = False,
+        workers_per_trial: int = 1,
     ) -> None:
         self.estimator = estimator
         self.search_space = search_space
@@ -222,6 +232,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.resume = resume
         self.dashboard = dashboard
         self.keep_oof = keep_oof
+        self.workers_per_trial = workers_per_trial
 
     # -- scikit-learn protocol --------------------------------------------------
     def __sklearn_clone__(self) -> SearchCV:
@@ -351,9 +362,28 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     f"{', '.join(unused)} only apply to a multi-fidelity search: set scheduler "
                     "('asha', 'hyperband', 'halving' or 'median') or drop them",
                 )
+        self._check_gang()
         # Unknown parameter names fail here, on the driver, not on a worker after dispatch.
         check_space_names(self.estimator, as_space(self.search_space))
         return scoring, refit_metric
+
+    def _check_gang(self) -> None:
+        from .runner.gang_trials import check_workers_per_trial
+
+        if check_workers_per_trial(self.workers_per_trial, self.estimator) == 1:
+            return
+        for param, value, default in (
+            ("scheduler", self.scheduler, None),
+            ("keep_oof", self.keep_oof, False),
+            ("trial_timeout", self.trial_timeout, None),
+        ):
+            if value != default:
+                raise InvalidParameterError(
+                    param,
+                    f"{param}={value!r} does not combine with workers_per_trial="
+                    f"{self.workers_per_trial} yet (a gang's collective has its own timeout); "
+                    f"drop it or use workers_per_trial=1",
+                )
 
     # -- fit ---------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, *, groups: Any = None, **fit_params: Any) -> SearchCV:
@@ -451,19 +481,35 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     if reporter is not None:
                         logger.info("dmlsearch: live page at %s", page_link(link))
                         progress.message(f"dmlsearch page: {page_link(link)}")
-                runner = DaskRunner(
-                    client,
-                    max_concurrent_trials=self.max_concurrent_trials,
-                    trial_timeout=self.trial_timeout,
-                    time_budget=self.time_budget,
-                    budget_policy=self.time_budget_policy,
-                    budget_start=clock.start,
-                    max_retries=self.max_retries,
-                    progress=progress,
-                    name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
-                    observer=reporter,
-                    seeded=self.random_state is not None,
-                )
+                runner: DaskRunner | GangTrialRunner
+                if self.workers_per_trial > 1:
+                    from .runner.gang_trials import GangTrialRunner
+
+                    runner = GangTrialRunner(
+                        client,
+                        int(self.workers_per_trial),
+                        time_budget=self.time_budget,
+                        budget_start=clock.start,
+                        progress=progress,
+                        observer=reporter,
+                        name=f"{type(self.estimator).__name__} (gangs of "
+                        f"{self.workers_per_trial})",
+                    )
+                else:
+                    runner = DaskRunner(
+                        client,
+                        max_concurrent_trials=self.max_concurrent_trials,
+                        trial_timeout=self.trial_timeout,
+                        time_budget=self.time_budget,
+                        budget_policy=self.time_budget_policy,
+                        budget_start=clock.start,
+                        max_retries=self.max_retries,
+                        progress=progress,
+                        name=f"{type(self.estimator).__name__} "
+                        f"({_strategy_name(self.strategy)})",
+                        observer=reporter,
+                        seeded=self.random_state is not None,
+                    )
                 clock.lap("setup")
                 try:
                     runner.run(

@@ -1,0 +1,343 @@
+"""Search trials that each train on k workers at once: xgboost's Dask engine on a gang.
+
+``SearchCV(workers_per_trial=k)`` with k > 1 runs each trial as a gang (see
+:mod:`dmlsearch.runner.gang`): k workers reserved together, so two trials never deadlock
+each holding half of them. Each CV fold's training rows are split into k contiguous,
+non-empty parts, one scattered to each gang worker, and trained with xgboost's own Dask
+estimator (``xgboost.dask.DaskXGBClassifier`` and friends); the booster comes back to the
+driver as the matching scikit-learn estimator, which is scored there with the search's
+scorer. Trials run ``n_workers // k`` at a time, each driven by a thread of the driver.
+
+xgboost's collective hangs when a worker leaves mid-training; here the driver watches the
+gang: a lost worker ends the trial within seconds, recorded ``failed`` with
+:class:`~dmlsearch.exceptions.GangWorkerLostError` naming the worker, and the search goes
+on. The collective's own timeout (``collective_timeout``) frees the surviving ranks.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import os
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from distributed import Client
+from sklearn.base import clone
+from sklearn.utils.metaestimators import _safe_split
+
+from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec, _score
+from .._states import COMPLETE, FAILED
+from ..exceptions import GangWorkerLostError, InvalidParameterError, NoWorkersError
+from ..progress import NullProgress
+from .gang import Gang, alive_workers, reserve
+from .loop import RunStats
+from .trials import StrategySource, TrialKind
+from .units import DONE, WAIT, Unit, UnitPolicy
+
+__all__ = ["GangTrialRunner", "check_workers_per_trial", "dask_twin"]
+
+#: Seconds a fold's training may go on after a gang worker left before it is given up.
+LOSS_GRACE = 5.0
+
+_TWINS = (  # the random-forest variants subclass the boosted ones: look them up first
+    ("XGBRFClassifier", "DaskXGBRFClassifier"),
+    ("XGBRFRegressor", "DaskXGBRFRegressor"),
+    ("XGBClassifier", "DaskXGBClassifier"),
+    ("XGBRegressor", "DaskXGBRegressor"),
+)
+
+
+def dask_twin(estimator: Any) -> type | None:
+    """xgboost's Dask estimator for an xgboost scikit-learn estimator, else None."""
+    try:
+        import xgboost
+        from xgboost import dask as dxgb
+    except ImportError:
+        return None
+    for local, twin in _TWINS:
+        if isinstance(estimator, getattr(xgboost, local)):
+            return getattr(dxgb, twin)
+    return None
+
+
+def check_workers_per_trial(workers_per_trial: Any, estimator: Any) -> int:
+    """``workers_per_trial`` as an int, or InvalidParameterError saying what to change."""
+    k = workers_per_trial
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InvalidParameterError("workers_per_trial", f"must be an int >= 1, got {k!r}")
+    if k > 1 and dask_twin(estimator) is None:
+        raise InvalidParameterError(
+            "workers_per_trial",
+            f"workers_per_trial={k} trains each trial on {k} workers with xgboost's Dask "
+            "engine: the estimator must be xgboost's XGBClassifier, XGBRegressor, "
+            f"XGBRFClassifier or XGBRFRegressor, got {type(estimator).__name__}. Use "
+            "workers_per_trial=1 for any other estimator",
+        )
+    return int(k)
+
+
+def _parts(client: Client, workers: list[str], X: Any, y: Any) -> tuple[Any, Any]:
+    """``X`` and ``y`` as Dask arrays with one contiguous, non-empty part on each worker."""
+    import dask.array as da
+
+    X, y = np.asarray(X), np.asarray(y)
+    xs, ys = [], []
+    for worker, rows in zip(workers, np.array_split(np.arange(len(X)), len(workers)), strict=True):
+        part_x = client.scatter(X[rows], workers=[worker], direct=True)
+        part_y = client.scatter(y[rows], workers=[worker], direct=True)
+        xs.append(da.from_delayed(part_x, shape=(len(rows), *X.shape[1:]), dtype=X.dtype))
+        ys.append(da.from_delayed(part_y, shape=(len(rows), *y.shape[1:]), dtype=y.dtype))
+    return da.concatenate(xs), da.concatenate(ys)
+
+
+def _to_local(model: Any, local_cls: type) -> Any:
+    """The trained Dask estimator as its scikit-learn twin (booster and classes kept)."""
+    fd, path = tempfile.mkstemp(suffix=".ubj")
+    os.close(fd)
+    try:
+        model.save_model(path)
+        local = local_cls(**model.get_params())
+        local.load_model(path)
+    finally:
+        os.unlink(path)
+    return local
+
+
+def _fit(client: Client, model: Any, X: Any, y: Any) -> Any:
+    # xgboost.dask looks for the current client (distributed.get_client) even when it is
+    # given one; a thread starts with no current client of its own.
+    with client.as_current():
+        return model.fit(X, y)
+
+
+def _guarded(gang: Gang, fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a thread, given up (GangWorkerLostError) if a gang worker leaves."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"dmlsearch-{gang.name}", daemon=True)
+    thread.start()
+    lost: GangWorkerLostError | None = None
+    lost_at = 0.0
+    while thread.is_alive():
+        thread.join(0.5)
+        if lost is None:
+            gone = [w for w in gang.workers if w not in alive_workers(gang.client, running=False)]
+            if gone:
+                lost, lost_at = _lost_error(gang, gone[0]), time.monotonic()
+        elif time.monotonic() - lost_at > LOSS_GRACE:
+            raise lost  # the collective may hang: leave its thread behind
+    if lost is not None:
+        raise lost
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _lost_error(gang: Gang, worker: str) -> GangWorkerLostError:
+    rank = gang.workers.index(worker)
+    return GangWorkerLostError(
+        f"{gang.name}: worker {worker} (rank {rank} of {gang.size}) left the cluster during "
+        "xgboost.dask training; the trial was given up",
+        worker=worker,
+        rank=rank,
+    )
+
+
+class GangTrialRunner:
+    """Runs a search's trials as gangs of ``workers_per_trial`` workers (xgboost.dask).
+
+    The same front as :class:`~dmlsearch.runner.DaskRunner` (``run`` and ``stats``), fed
+    by the same :class:`~dmlsearch.runner.trials.StrategySource`: trials are numbered,
+    recorded and told to the strategy exactly as single-worker trials are.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        workers_per_trial: int,
+        *,
+        collective_timeout: int = 30,
+        time_budget: float | None = None,
+        budget_start: float | None = None,
+        progress: Any = None,
+        observer: Any = None,
+        name: str = "search",
+    ) -> None:
+        self.client = client
+        self.k = workers_per_trial
+        self.collective_timeout = collective_timeout
+        self.time_budget = time_budget
+        self.budget_start = budget_start
+        self.progress = progress or NullProgress()
+        self.observer = observer
+        self.name = name
+        self.stats = RunStats()
+
+    def run(
+        self,
+        strategy: Any,
+        data: SearchData,
+        context: EvalContext,
+        seed: int,
+        on_outcome: Callable[[TrialOutcome], float | None],
+        *,
+        skip: set[int] | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        n_workers = len(alive_workers(self.client))
+        if self.k > n_workers:
+            raise InvalidParameterError(
+                "workers_per_trial",
+                f"workers_per_trial={self.k} but the cluster has {n_workers} workers: lower "
+                "it or add workers",
+            )
+        if data.fit_params:
+            raise InvalidParameterError(
+                "fit_params",
+                f"workers_per_trial > 1 takes no fit parameters, got {sorted(data.fit_params)}",
+            )
+        source = StrategySource(
+            strategy,
+            seed,
+            on_outcome,
+            skip=skip or set(),
+            observer=self.observer,
+            estimator=context.estimator,
+        )
+        kind = TrialKind(data, context, UnitPolicy())
+        slots = max(1, n_workers // self.k)
+        started = time.monotonic() if self.budget_start is None else self.budget_start
+        ends = None if self.time_budget is None else started + self.time_budget
+        self.progress.start(source.total, self.name)
+        best: float | None = None
+        running: dict[cf.Future[TrialOutcome], Unit[TrialSpec]] = {}
+        exhausted = False
+        try:
+            with cf.ThreadPoolExecutor(slots, thread_name_prefix="dmlsearch-gang") as pool:
+                while True:
+                    while not exhausted and len(running) < slots:
+                        if ends is not None and time.monotonic() >= ends:
+                            self.stats.stopped_by_budget = exhausted = True
+                            break
+                        unit = source.propose()
+                        if unit is DONE:
+                            exhausted = True
+                        if unit is DONE or unit is WAIT:
+                            break
+                        assert isinstance(unit, Unit)
+                        source.submitted([unit])
+                        self.stats.submitted_tasks += 1
+                        future = pool.submit(self._trial, kind, unit, data, context)
+                        running[future] = unit
+                    if not running:
+                        break
+                    done, _ = cf.wait(running, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+                    for future in done:
+                        unit = running.pop(future)
+                        value = source.record(unit, future.result(), 0)
+                        self.stats.recorded += 1
+                        if value is not None and (best is None or value > best):
+                            best = value
+                    if on_tick is not None:
+                        on_tick()
+                    if self.observer is not None:
+                        self.observer.tick()
+                    self.progress.update(
+                        self.stats.recorded, source.failed_count(), len(running), best
+                    )
+        finally:
+            self.progress.close()
+
+    def _trial(
+        self, kind: TrialKind, unit: Unit[TrialSpec], data: SearchData, context: EvalContext
+    ) -> TrialOutcome:
+        spec = unit.payload
+        name = f"trial {spec.number}"
+        try:
+            self._wait_for_workers(name)
+            with reserve(self.client, self.k, name=name) as gang:
+                return self._folds(gang, spec, data, context)
+        except GangWorkerLostError as exc:
+            return kind.failed(unit, FAILED, f"GangWorkerLostError: {exc}")
+        except Exception:
+            if context.error_score == "raise":
+                raise
+            return kind.failed(unit, FAILED, traceback.format_exc())
+
+    def _wait_for_workers(self, name: str) -> None:
+        """Wait while a lost worker comes back (a nanny restarts it), up to the Dask config
+        ``dmlsearch.no-workers-timeout``; then NoWorkersError."""
+        import dask
+
+        timeout = float(dask.config.get("dmlsearch.no-workers-timeout", 60.0))
+        ends = time.monotonic() + timeout
+        while len(alive_workers(self.client)) < self.k:
+            if time.monotonic() > ends:
+                raise NoWorkersError(
+                    f"{name} needs {self.k} workers at once but the cluster has had fewer "
+                    f"for {timeout:.0f} s (dmlsearch.no-workers-timeout)"
+                )
+            time.sleep(0.2)
+
+    def _folds(
+        self, gang: Gang, spec: TrialSpec, data: SearchData, context: EvalContext
+    ) -> TrialOutcome:
+        from xgboost.collective import Config
+
+        started = time.time()
+        estimator = clone(context.estimator).set_params(**clone(spec.params, safe=False))
+        twin = dask_twin(estimator)
+        assert twin is not None
+        test_scores: list[dict[str, float]] = []
+        train_scores: list[dict[str, float]] | None = [] if context.return_train_score else None
+        fit_times: list[float] = []
+        score_times: list[float] = []
+        for train, test in context.splits:
+            X_train, y_train = _safe_split(estimator, data.X, data.y, train)
+            X_test, y_test = _safe_split(estimator, data.X, data.y, test, train)
+            if len(train) < gang.size:
+                raise InvalidParameterError(
+                    "workers_per_trial",
+                    f"a fold has {len(train)} training rows, fewer than the {gang.size} "
+                    "workers of a trial: every worker needs rows",
+                )
+            t0 = time.perf_counter()
+            model = twin(**estimator.get_params())
+            model.coll_cfg = Config(timeout=int(self.collective_timeout))
+            model.client = self.client
+            Xd, yd = _parts(self.client, gang.workers, X_train, y_train)
+            _guarded(gang, functools.partial(_fit, self.client, model, Xd, yd))
+            fitted = _to_local(model, type(estimator))
+            fit_times.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            test_scores.append(_score(context.scorer, fitted, X_test, y_test, context.multimetric))
+            if train_scores is not None:
+                train_scores.append(
+                    _score(context.scorer, fitted, X_train, y_train, context.multimetric)
+                )
+            score_times.append(time.perf_counter() - t1)
+        return TrialOutcome(
+            number=spec.number,
+            params=spec.params,
+            seed=spec.seed,
+            state=COMPLETE,
+            test_scores=test_scores,
+            train_scores=train_scores,
+            fit_times=fit_times,
+            score_times=score_times,
+            started=started,
+            finished=time.time(),
+            worker="+".join(gang.workers),
+        )

@@ -1,0 +1,134 @@
+"""SearchCV(workers_per_trial=k): each trial a gang of k workers training with xgboost.dask."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import KFold, cross_val_score
+
+from dmlsearch import InvalidParameterError, SearchCV
+from dmlsearch.testing import local_cluster
+
+xgboost = pytest.importorskip("xgboost")
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    return make_classification(n_samples=600, n_features=8, random_state=0)
+
+
+def test_each_trial_trains_on_a_gang_and_scores_as_xgboost_does(client, data):
+    X, y = data
+    cv = KFold(3, shuffle=True, random_state=0)
+    search = SearchCV(
+        xgboost.XGBClassifier(n_estimators=20, tree_method="hist", random_state=0),
+        {"max_depth": [2, 4], "learning_rate": [0.1, 0.3]},
+        strategy="grid",
+        cv=cv,
+        workers_per_trial=2,
+        client=client,
+        progress=False,
+    ).fit(X, y)
+    workers = set(client.scheduler_info()["workers"])
+    assert [t.state for t in search.trials_] == ["complete"] * 4
+    for trial in search.trials_:
+        assert set(trial.worker.split("+")) == workers  # both workers, one rank each
+        single = cross_val_score(
+            xgboost.XGBClassifier(
+                n_estimators=20, tree_method="hist", random_state=0, **trial.params
+            ),
+            X,
+            y,
+            cv=cv,
+        )
+        got = [fold["score"] for fold in trial.test_scores]
+        # Histograms built from two workers' quantile sketches: close, not bit-equal.
+        assert np.mean(got) == pytest.approx(np.mean(single), abs=0.03)
+    assert isinstance(search.best_estimator_, xgboost.XGBClassifier)
+    assert search.score(X, y) > 0.8
+
+
+def test_bad_gang_settings_fail_before_any_work(client, data):
+    X, y = data
+    xgb = xgboost.XGBClassifier(n_estimators=5)
+    space = {"max_depth": [2, 3]}
+    cases = [
+        (dict(estimator=xgb, workers_per_trial=3), "the cluster has 2 workers"),
+        (dict(estimator=xgb, workers_per_trial=0), "must be an int >= 1"),
+        (dict(estimator=LogisticRegression(), workers_per_trial=2), "XGBClassifier"),
+        (dict(estimator=xgb, workers_per_trial=2, keep_oof=True), "keep_oof"),
+        (dict(estimator=xgb, workers_per_trial=2, trial_timeout=5.0), "trial_timeout"),
+    ]
+    for kwargs, text in cases:
+        estimator = kwargs.pop("estimator")
+        if isinstance(estimator, LogisticRegression):
+            space_ = {"C": [1.0]}
+        else:
+            space_ = space
+        search = SearchCV(estimator, space_, cv=2, client=client, progress=False, **kwargs)
+        with pytest.raises(InvalidParameterError, match=text):
+            search.fit(X, y)
+        assert not hasattr(search, "trials_")
+
+
+def _pid(dask_worker=None) -> int:  # run on a worker by client.run
+    return os.getpid()
+
+
+def test_a_worker_killed_mid_training_fails_that_trial_fast_and_the_search_goes_on():
+    X, y = make_classification(n_samples=20_000, n_features=20, random_state=0)
+    cluster = local_cluster(2)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            search = SearchCV(
+                xgboost.XGBClassifier(max_depth=8, tree_method="hist", random_state=0),
+                # Trial 0 trains long enough to be killed; the others are quick.
+                {"n_estimators": [5000, 5, 10]},
+                strategy="grid",
+                cv=2,
+                workers_per_trial=2,
+                client=client,
+                progress=False,
+                refit=False,
+            )
+            box: dict[str, object] = {}
+            def fit() -> None:
+                try:
+                    box["done"] = search.fit(X, y)
+                except Exception as exc:
+                    box["error"] = exc
+
+            runner = threading.Thread(target=fit)
+            runner.start()
+            deadline = time.monotonic() + 60
+            victim = None
+            while victim is None and time.monotonic() < deadline:
+                # A private cluster: a task processing there is trial 0's training.
+                for worker, keys in client.processing().items():
+                    if keys:
+                        victim = worker
+                time.sleep(0.1)
+            assert victim is not None, "no xgboost training task seen"
+            time.sleep(0.5)  # inside the boosting rounds
+            killed_at = time.time()
+            os.kill(client.run(_pid, workers=[victim])[victim], signal.SIGKILL)
+            runner.join(120)
+            assert not runner.is_alive()
+            assert "done" in box, [(t.state, t.error) for t in search.trials_]
+    finally:
+        cluster.close()
+    lost = search.trials_[0]
+    assert lost.state == "failed" and "GangWorkerLostError" in (lost.error or "")
+    assert victim in lost.error
+    assert lost.finished - killed_at < 60
+    assert [t.state for t in search.trials_[1:]] == ["complete", "complete"]
