@@ -273,5 +273,7 @@ def cv_splits(
         raise InvalidParameterError("cv", f"cannot split the data: {exc}") from exc
     if not raw:
         raise InvalidParameterError("cv", "the splitter produced no splits")
-    n_samples = len(X)
+    from sklearn.utils.validation import _num_samples
+
+    n_samples = _num_samples(X)
     return [_check_split(i, train, test, n_samples) for i, (train, test) in enumerate(raw)]

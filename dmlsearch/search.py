@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
 from sklearn.exceptions import FitFailedWarning
-from sklearn.model_selection import check_cv
 from sklearn.utils import indexable
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
@@ -35,7 +34,7 @@ from ._recording import (
 )
 from ._results import build_cv_results
 from ._scoring import Scoring, resolve_scoring
-from ._validation import check_search_params, check_space_names
+from ._validation import check_search_params, check_space_names, cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
 from .registry import FormatError, Registry, RegistryError, as_registry
@@ -399,10 +398,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         scoring, refit_metric = self._validate()
         space = as_space(self.search_space)
         X, y, groups = indexable(X, y, groups)
-        cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
-        splits = [(np.asarray(tr), np.asarray(te)) for tr, te in cv.split(X, y, groups)]
-        if not splits:
-            raise InvalidParameterError("cv", "the splitter produced no splits")
+        splits = cv_splits(self.cv, X, y, groups, classifier=is_classifier(self.estimator))
         n_splits = len(splits)
         primary = refit_metric or scoring.names[0]
         seed = _resolve_seed(self.random_state)
