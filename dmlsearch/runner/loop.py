@@ -38,6 +38,7 @@ from ..exceptions import DmlsearchError, NoWorkersError
 from ..progress import NullProgress
 from ._batching import AdaptiveBatcher
 from ._task import execute
+from .cluster import scheduler_loss
 from .reports import ReportStream, wire_id
 from .units import DONE, WAIT, Unit, UnitKind, UnitSource
 
@@ -573,7 +574,14 @@ class WorkLoop(Generic[P, R]):
         return done
 
     def run(self) -> RunStats:
-        """Run every unit the source proposes; returns the run's counters."""
+        """Run every unit the source proposes; returns the run's counters.
+
+        Raises :class:`~dmlsearch.exceptions.SchedulerLostError` if the scheduler dies.
+        """
+        with scheduler_loss(self.client):
+            return self._run()
+
+    def _run(self) -> RunStats:
         self._shared = tuple(self.kind.shared())
         self._refresh_slots(force=True)
         if self.policy.report_starts:
