@@ -17,7 +17,6 @@ from distributed import Client
 from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec
 from ..progress import NullProgress
 from ..strategies import Strategy
-from .cluster import scheduler_loss
 from .loop import RunStats, WorkLoop
 from .trials import StrategySource, TrialKind
 from .units import UnitPolicy
@@ -166,5 +165,4 @@ class DaskRunner:
             on_tick=tick,
         )
         self.stats = loop.stats
-        with scheduler_loss(self.client):
-            loop.run()
+        loop.run()  # raises SchedulerLostError if the scheduler dies
