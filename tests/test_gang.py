@@ -44,7 +44,7 @@ def _block(seconds: float) -> None:
 def _raise(rank: int) -> int:
     if rank == 1:
         raise ZeroDivisionError("rank one divides by zero")
-    time.sleep(30)
+    time.sleep(2)  # still running when rank 1's error arrives; short: it outlives the test
     return rank
 
 
@@ -104,6 +104,19 @@ def test_a_busy_gang_makes_the_next_wait_or_time_out(three: Client) -> None:
             pass  # pragma: no cover - never admitted
         with reserve(three, 1, name="small") as small:
             assert small.size == 1
+
+
+def _uneven(rank: int) -> int:
+    time.sleep(5.0 * rank)
+    return rank
+
+
+def test_a_rank_still_running_long_after_another_ended_is_stuck(three: Client) -> None:
+    with reserve(three, 2, name="straggler") as gang:
+        with pytest.raises(GangError, match=r"rank 1 on worker .* still running 0.5 s after"):
+            gang.run(_uneven, [(0,), (1,)], finish_grace=0.5)
+        # The cancelled rank 1 still sleeps (Dask cannot stop a task): this one queues behind it.
+        assert gang.run(_uneven, [(0,), (0,)], finish_grace=10) == [0, 0]
 
 
 def test_a_killed_rank_worker_fails_the_gang_fast_and_releases() -> None:

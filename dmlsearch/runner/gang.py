@@ -132,18 +132,22 @@ class Gang:
         per_rank_args: Sequence[Sequence[Any]],
         *,
         timeout: float | None = None,
+        finish_grace: float | None = 60.0,
         on_tick: Callable[[], None] | None = None,
         poll: float = 1.0,
     ) -> list[Any]:
         """Run ``fn(*per_rank_args[r])`` as rank r on ``workers[r]``; the results by rank.
 
         Raises :class:`GangError` when a rank raises, a rank's worker leaves the cluster
-        (checked every ``poll`` seconds) or the ranks run past ``timeout`` seconds; the
-        other ranks are cancelled first. ``on_tick`` is called after each check.
+        (checked every ``poll`` seconds), the ranks run past ``timeout`` seconds, or ranks
+        are still running ``finish_grace`` seconds after one ended (the ranks of a
+        collective job end together; one that does not is stuck); the other ranks are
+        cancelled first. ``on_tick`` is called after each check.
         """
         if len(per_rank_args) != self.size:
             raise ValueError(f"{self.size} ranks need {self.size} argument tuples")
-        prefix = f"{self.name}-{self.id}"
+        # A fresh id per run: a key reused from a cancelled run would come back cancelled.
+        prefix = f"{self.name}-{uuid.uuid4().hex[:12]}"
         futures = [
             self.client.submit(
                 fn,
@@ -156,7 +160,7 @@ class Gang:
             for r, (worker, args) in enumerate(zip(self.workers, per_rank_args, strict=True))
         ]
         try:
-            return self._watch(futures, timeout, on_tick, poll)
+            return self._watch(futures, timeout, finish_grace, on_tick, poll)
         finally:
             self.client.cancel([f for f in futures if f.status != "finished"])
 
@@ -164,6 +168,7 @@ class Gang:
         self,
         futures: list[Future],
         timeout: float | None,
+        finish_grace: float | None,
         on_tick: Callable[[], None] | None,
         poll: float,
     ) -> list[Any]:
@@ -171,6 +176,7 @@ class Gang:
         rank_of = {f.key: r for r, f in enumerate(futures)}
         pending = set(range(self.size))
         ends = None if timeout is None else time.monotonic() + timeout
+        first_end: float | None = None
         done = as_completed(futures, loop=self.client.loop)
         next_check = 0.0
         while pending:
@@ -180,6 +186,7 @@ class Gang:
                     raise self._rank_failed(future, r, pending)
                 results[r] = future.result()
                 pending.discard(r)
+                first_end = first_end or time.monotonic()
             if not pending:
                 break
             if time.monotonic() >= next_check:
@@ -193,9 +200,26 @@ class Gang:
                         f"{self.name}: ranks {sorted(pending)} still running after "
                         f"timeout={timeout} s; all ranks were cancelled"
                     )
+                stuck = self._stuck(pending, first_end, finish_grace)
+                if stuck is not None:
+                    raise stuck
                 next_check = time.monotonic() + poll
             time.sleep(0.05)
         return results
+
+    def _stuck(
+        self, pending: set[int], first_end: float | None, grace: float | None
+    ) -> GangError | None:
+        if first_end is None or grace is None or time.monotonic() - first_end <= grace:
+            return None
+        r = min(pending)
+        return GangError(
+            f"{self.name}: rank {r} on worker {self.workers[r]} (and ranks {sorted(pending)} in "
+            f"all) still running {grace} s after another rank ended (finish_grace); "
+            "all ranks were cancelled",
+            worker=self.workers[r],
+            rank=r,
+        )
 
     def _lost(self, pending: set[int]) -> GangWorkerLostError | None:
         """The error for the first pending rank whose worker left the cluster, if any."""
@@ -222,13 +246,18 @@ class Gang:
         if lost is not None:
             return lost
         worker = self.workers[rank]
-        try:
-            exc: BaseException | None = future.exception(timeout=5)
-        except Exception as err:  # cancelled, or the result went with its worker
-            exc = err
+        exc: BaseException | None = None
+        if future.status == "cancelled":
+            what = "was cancelled (by another client, or its worker was restarted)"
+        else:
+            try:
+                exc = future.exception(timeout=5)
+            except Exception as err:  # the result went with its worker
+                exc = err
+            what = f"failed with {type(exc).__name__}: {exc}"
         error = GangError(
-            f"{self.name}: rank {rank} of {self.size} on worker {worker} failed with "
-            f"{type(exc).__name__}: {exc}; the other ranks were cancelled",
+            f"{self.name}: rank {rank} of {self.size} on worker {worker} {what}; "
+            "the other ranks were cancelled",
             worker=worker,
             rank=rank,
         )

@@ -120,6 +120,26 @@ def _epoch(
     }
 
 
+def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
+    state = state_from_bytes(job.initial)
+    model = job.model_fn()
+    model.load_state_dict(state["model"])
+    model.train()
+    sync = make_sync(job.sync, model, job.average_every)
+    opt = job.optimizer_fn(model.parameters())
+    if state.get("optimizer") is not None:
+        opt.load_state_dict(state["optimizer"])
+    Xt, yt = _tensor(X), _tensor(y)
+    history = []
+    for epoch in range(job.start_epoch, job.epochs):
+        history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
+        every = job.checkpoint_every
+        if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
+            _publish(job, epoch + 1, model, opt, history)
+    final = state_bytes(job.epochs, model, opt) if rank == 0 else None
+    return {"rank": rank, "history": history, "state": final}
+
+
 def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[str, Any]:
     """Train rank ``rank`` on its shard ``(X, y)``; rank 0 returns the final state's bytes."""
     # Dask's nanny sets OMP_NUM_THREADS=1; use the threads the worker was given.
@@ -133,22 +153,8 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         timeout=timedelta(seconds=job.timeout),
     )
     try:
-        state = state_from_bytes(job.initial)
-        model = job.model_fn()
-        model.load_state_dict(state["model"])
-        model.train()
-        sync = make_sync(job.sync, model, job.average_every)
-        opt = job.optimizer_fn(model.parameters())
-        if state.get("optimizer") is not None:
-            opt.load_state_dict(state["optimizer"])
-        Xt, yt = _tensor(X), _tensor(y)
-        history = []
-        for epoch in range(job.start_epoch, job.epochs):
-            history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
-            every = job.checkpoint_every
-            if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
-                _publish(job, epoch + 1, model, opt, history)
-        final = state_bytes(job.epochs, model, opt) if rank == 0 else None
-        return {"rank": rank, "history": history, "state": final}
+        # The model, DDP and optimizer live in _train's frame: freed when it returns, while
+        # the process group still exists (freeing DDP after it was destroyed has hung).
+        return _train(job, rank, X, y)
     finally:
         dist.destroy_process_group()
