@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -183,6 +184,17 @@ def test_clone_round_trips_and_shares_client_and_registry(client: Client, tmp_pa
         assert c.client is client and c.registry is registry
 
 
+def test_a_fitted_trainer_pickles_without_client_or_registry(
+    client: Client, data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    with Registry(f"sqlite:///{tmp_path / 'reg.db'}") as registry:
+        fitted = trainer(client, epochs=1, registry=registry).fit(*data)
+        copy = pickle.loads(pickle.dumps(fitted))
+    assert copy.client is None and copy.registry is None
+    assert copy.history_ == fitted.history_
+    assert_weights(copy.model_, [p.detach() for p in fitted.model_.parameters()])
+
+
 def test_checkpoints_kept_on_driver_or_in_the_registry(
     client: Client, data: tuple[np.ndarray, np.ndarray], tmp_path: Any
 ) -> None:
@@ -239,12 +251,18 @@ def test_a_killed_rank_worker_ends_fit_fast_naming_it(data: tuple[np.ndarray, np
         cluster.close()
 
 
-def test_elastic_fit_resumes_from_the_last_checkpoint(data: tuple[np.ndarray, np.ndarray]) -> None:
+def test_elastic_fit_resumes_from_the_last_checkpoint(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
     cluster = local_cluster(2)
     epochs = 150
     try:
-        with Client(cluster, set_as_default=False) as client:
-            t = trainer(client, epochs=epochs, elastic=True)
+        with (
+            Client(cluster, set_as_default=False) as client,
+            Registry(f"sqlite:///{tmp_path / 'reg.db'}") as registry,
+        ):
+            # With a registry, the resume reads the checkpoint back from its artifact store.
+            t = trainer(client, epochs=epochs, elastic=True, registry=registry)
             killer = Killer(client, t)
             killer.start()
             t.fit(*data)
@@ -254,6 +272,7 @@ def test_elastic_fit_resumes_from_the_last_checkpoint(data: tuple[np.ndarray, np
             assert 1 <= t.resumed_[0]["epoch"] < epochs
             assert [h["epoch"] for h in t.history_] == list(range(1, epochs + 1))
             assert t.checkpoint_ is not None and t.checkpoint_.epoch == epochs
+            assert t.checkpoint_.uri is not None
             assert t.n_workers_ in (1, 2)
     finally:
         cluster.close()

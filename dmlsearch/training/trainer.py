@@ -162,6 +162,15 @@ class DataParallelTrainer(BaseEstimator):
         # The client and the registry are handles to shared services: shared, not copied.
         return type(self)(**self.get_params(deep=False))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled trainer keeps a scheduler address but never a live Client or database
+        # connection; unpickled, it trains on the default client and without a registry.
+        state = dict(super().__getstate__())
+        if not isinstance(state.get("client"), (str, type(None))):
+            state["client"] = None
+        state["registry"] = None
+        return state
+
     def _check_params(self) -> None:
         for name in ("model_fn", "loss_fn", "optimizer_fn"):
             if not callable(getattr(self, name)):
