@@ -25,7 +25,7 @@ from sklearn.model_selection import check_cv
 from sklearn.utils import indexable
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
-from ._results import build_rung_results
+from ._results import build_rung_results, rung_attributes
 from ._rungs import RungContext, RungResult, drop_states
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .fidelity import check_resource, train
@@ -101,11 +101,17 @@ def plan_schedule(
 
     Raises :class:`InvalidParameterError` before any work: an unknown scheduler, no or a
     bad ``resource``, ``min_resource > max_resource``, ``reduction_factor < 2``, an
-    ``n_samples`` budget larger than the data, or ``resume``.
+    ``n_samples`` budget larger than the data, ``resume`` or ``keep_oof``.
     """
     if search.resume:
         raise InvalidParameterError(
             "resume", "resume=True is not supported with a scheduler yet; run without resume"
+        )
+    if getattr(search, "keep_oof", False):
+        raise InvalidParameterError(
+            "keep_oof",
+            "out-of-fold predictions are not kept with a scheduler yet; drop keep_oof or "
+            "the scheduler",
         )
     if search.resource is None:
         raise InvalidParameterError(
@@ -205,18 +211,29 @@ def _release(client: Client, run: str, trials: list[int] | None) -> None:
         client.run(drop_states, run, trials, on_error="ignore")
 
 
-def fit_multifidelity(
-    search: SearchCV, X: Any, y: Any, groups: Any, fit_params: dict[str, Any]
-) -> SearchCV:
-    """``SearchCV.fit`` with a scheduler: rung steps on the cluster, then the refit."""
-    from .progress import make_progress
-    from .registry import as_registry
-    from .runner import WorkLoop, cluster_shape, resolve_client
-    from .runner.rungs import RungKind, RungSource
-    from .runner.units import UnitPolicy
-    from .search import _PhaseClock, _resolve_seed, _strategy_name
+@dataclass
+class _Setup:
+    """Everything checked and built before the cluster is touched."""
 
-    clock = _PhaseClock()
+    scoring: Any
+    refit_metric: str | None
+    primary: str
+    X: Any
+    y: Any
+    groups: Any
+    splits: list[tuple[np.ndarray, np.ndarray]]
+    plan: SchedulePlan
+    seed: int
+    space: Any
+    strategy: Strategy
+    scheduler: Scheduler
+    context: RungContext
+
+
+def _prepare(search: SearchCV, X: Any, y: Any, groups: Any) -> _Setup:
+    """Validate every argument and build the schedule, before any work is submitted."""
+    from .search import _resolve_seed
+
     scoring, refit_metric = search._validate()
     space = as_space(search.search_space)
     X, y, groups = indexable(X, y, groups)
@@ -225,11 +242,9 @@ def fit_multifidelity(
     if not splits:
         raise InvalidParameterError("cv", "the splitter produced no splits")
     plan, n_trials = plan_schedule(search, splits, y)
-    primary = refit_metric or scoring.names[0]
     seed = _resolve_seed(search.random_state)
     strategy = make_strategy(search.strategy, space, n_trials, seed)
-    scheduler = _bind(plan, strategy, int(search.reduction_factor))
-    context = EvalContext(
+    evaluation = EvalContext(
         estimator=search.estimator,
         scorer=scoring.scorer,
         multimetric=scoring.multimetric,
@@ -238,86 +253,121 @@ def fit_multifidelity(
         return_train_score=search.return_train_score,
         trial_timeout=None if search.trial_timeout is None else float(search.trial_timeout),
     )
-    run = uuid.uuid4().hex
     classes = np.unique(y) if is_classifier(search.estimator) and y is not None else None
-    rung_context = RungContext(context, plan.resource, run, seed, classes)
+    return _Setup(
+        scoring=scoring,
+        refit_metric=refit_metric,
+        primary=refit_metric or scoring.names[0],
+        X=X,
+        y=y,
+        groups=groups,
+        splits=splits,
+        plan=plan,
+        seed=seed,
+        space=space,
+        strategy=strategy,
+        scheduler=_bind(plan, strategy, int(search.reduction_factor)),
+        context=RungContext(evaluation, plan.resource, uuid.uuid4().hex, seed, classes),
+    )
+
+
+def _run_steps(
+    search: SearchCV,
+    client: Client,
+    setup: _Setup,
+    rows: _Rows,
+    fit_params: dict[str, Any],
+    *,
+    progress: Any,
+    budget_ends: float | None,
+) -> None:
+    """Every rung step through the runner's loop; every state of the run dropped after."""
+    from .runner import WorkLoop
+    from .runner.rungs import RungKind, RungSource
+    from .runner.units import UnitPolicy
+    from .search import _strategy_name
+
+    run = setup.context.run
+    source = RungSource(
+        setup.scheduler,
+        setup.strategy,
+        setup.seed,
+        rows.score,
+        rows.add,
+        estimator=search.estimator,
+        steps=setup.plan.steps,
+    )
+    policy = UnitPolicy(
+        max_retries=search.max_retries,
+        timeout=setup.context.evaluation.trial_timeout,
+        batchable=False,
+        timeout_name="trial_timeout",
+    )
+    kind = RungKind(
+        SearchData(setup.X, setup.y, dict(fit_params)), setup.context, policy, source.holder.get
+    )
+    last_release = [time.monotonic()]
+
+    def tick() -> None:
+        if rows.recorder is not None:
+            rows.recorder.tick()
+        if time.monotonic() - last_release[0] >= _RELEASE_EVERY:
+            last_release[0] = time.monotonic()
+            released = source.take_released()
+            if released:
+                _release(client, run, released)
+
+    loop = WorkLoop(
+        client,
+        kind,
+        source,
+        # ASHA decides better on fresh results: no more steps than threads.
+        max_units_in_flight=search.max_concurrent_trials or max(1, sum(client.nthreads().values())),
+        progress=progress,
+        name=f"{type(search.estimator).__name__} ({_strategy_name(search.strategy)}"
+        f" + {setup.scheduler.name})",
+        budget_ends=budget_ends,
+        budget_policy=search.time_budget_policy,
+        no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
+        on_tick=tick,
+    )
+    try:
+        search.runner_stats_ = loop.run()
+    finally:
+        _release(client, run, None)
+    source.finish()
+
+
+def fit_multifidelity(
+    search: SearchCV, X: Any, y: Any, groups: Any, fit_params: dict[str, Any]
+) -> SearchCV:
+    """``SearchCV.fit`` with a scheduler: rung steps on the cluster, then the refit."""
+    from ._recording import data_fingerprint
+    from .progress import make_progress
+    from .registry import as_registry
+    from .runner import cluster_shape, resolve_client
+    from .search import _PhaseClock
+
+    clock = _PhaseClock()
+    setup = _prepare(search, X, y, groups)
     registry = None if search.registry is None else as_registry(search.registry)
     name = search.experiment_name or f"{type(search.estimator).__name__}-{uuid.uuid4().hex[:8]}"
     recorder = None
     progress = make_progress(search.progress)
+    budget_ends = None if search.time_budget is None else clock.start + search.time_budget
     try:
         with resolve_client(search.client) as client:
             if registry is not None:
-                from ._recording import data_fingerprint
-
-                recorder, seed, strategy = search._open_recorder(
-                    registry,
-                    name,
-                    primary,
-                    seed,
-                    strategy,
-                    space,
-                    len(splits),
-                    data_fingerprint(X, y, groups),
-                    cluster_shape(client),
-                    {},
-                    set(),
-                )
-            rows = _Rows(primary, len(splits), recorder)
-            source = RungSource(
-                scheduler,
-                strategy,
-                seed,
-                rows.score,
-                rows.add,
-                estimator=search.estimator,
-                steps=plan.steps,
-            )
-            kind = RungKind(
-                SearchData(X, y, dict(fit_params)),
-                rung_context,
-                UnitPolicy(
-                    max_retries=search.max_retries,
-                    timeout=context.trial_timeout,
-                    batchable=False,
-                    timeout_name="trial_timeout",
-                ),
-                source.holder.get,
-            )
-            threads = sum(client.nthreads().values())
-            last_release = [time.monotonic()]
-
-            def tick() -> None:
-                if recorder is not None:
-                    recorder.tick()
-                if time.monotonic() - last_release[0] >= _RELEASE_EVERY:
-                    last_release[0] = time.monotonic()
-                    released = source.take_released()
-                    if released:
-                        _release(client, run, released)
-
-            loop = WorkLoop(
-                client,
-                kind,
-                source,
-                # ASHA decides better on fresh results: no more steps than threads.
-                max_units_in_flight=search.max_concurrent_trials or max(1, threads),
-                progress=progress,
-                name=f"{type(search.estimator).__name__} ({_strategy_name(search.strategy)}"
-                f" + {scheduler.name})",
-                budget_ends=None
-                if search.time_budget is None
-                else clock.start + search.time_budget,
-                budget_policy=search.time_budget_policy,
-                no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
-                on_tick=tick,
-            )
+                fingerprint = data_fingerprint(setup.X, setup.y, setup.groups)
+                recorder, _, _ = search._open_recorder(
+                    registry, name, setup.primary, setup.seed, setup.strategy, setup.space,
+                    len(setup.splits), fingerprint, cluster_shape(client), {}, set(),
+                )  # fmt: skip
+            rows = _Rows(setup.primary, len(setup.splits), recorder)
             clock.lap("setup")
-            try:
-                search.runner_stats_ = loop.run()
-            finally:
-                _release(client, run, None)
-            source.finish()
+            _run_steps(
+                search, client, setup, rows, fit_params, progress=progress, budget_ends=budget_ends
+            )
             clock.lap("search")
     except BaseException as exc:
         if recorder is not None:
@@ -326,13 +376,13 @@ def fit_multifidelity(
             registry.close()
         raise
     try:
-        _finish(search, rows, scoring, refit_metric, len(splits), plan)
-        search.seed_ = seed
+        _finish(search, rows, setup)
+        search.seed_ = setup.seed
         if search.refit:
-            _refit(search, plan.resource, X, y, fit_params)
+            _refit(search, setup.plan.resource, setup.X, setup.y, fit_params)
             clock.lap("refit")
         if recorder is not None:
-            search._register_best(recorder, X)
+            search._register_best(recorder, setup.X)
             clock.lap("register")
     except BaseException:
         if recorder is not None:
@@ -345,14 +395,10 @@ def fit_multifidelity(
     return search
 
 
-def _finish(
-    search: SearchCV,
-    rows: _Rows,
-    scoring: Any,
-    refit_metric: str | None,
-    n_splits: int,
-    plan: SchedulePlan,
-) -> None:
+def _finish(search: SearchCV, rows: _Rows, setup: _Setup) -> None:
+    """``cv_results_`` and the other fitted attributes, from the steps recorded."""
+    scoring, refit_metric, plan = setup.scoring, setup.refit_metric, setup.plan
+    n_splits = len(setup.splits)
     keys = sorted(rows.outcomes, key=lambda k: (k[1], k[0]))  # by resource, then trial
     steps = [rows.outcomes[k] for k in keys]
     if not steps or all(s.state == STOPPED for s in steps):
@@ -382,15 +428,8 @@ def _finish(
     search.n_splits_ = n_splits
     search.scorer_ = scoring.scorer_
     search.multimetric_ = scoring.multimetric
-    search.history_ = {t: sorted(c) for t, c in sorted(rows.curves.items())}
-    levels = np.unique(results["n_resources"])
-    search.n_resources_ = [int(r) for r in levels]
-    search.n_candidates_ = [
-        len(np.unique(results["trial"][results["n_resources"] == r])) for r in levels
-    ]
-    search.n_iterations_ = len(levels)
-    search.min_resources_, search.max_resources_ = plan.ladder[0], plan.ladder[-1]
-    search.total_work_ = float(np.sum(results["work"]))
+    for key, value in rung_attributes(results, rows.curves, plan.ladder).items():
+        setattr(search, key, value)
     if search.refit or not scoring.multimetric:
         if callable(search.refit):
             search.best_index_ = int(search.refit(results))

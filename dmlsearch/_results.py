@@ -24,6 +24,7 @@ __all__ = [
     "param_arrays",
     "rank_by_resource",
     "rank_scores",
+    "rung_attributes",
 ]
 
 
@@ -184,3 +185,29 @@ def build_rung_results(
     for name in scorer_names:
         results[f"rank_test_{name}"] = rank_by_resource(levels, results[f"mean_test_{name}"])
     return results
+
+
+def rung_attributes(
+    results: dict[str, Any],
+    curves: dict[int, list[tuple[int, float]]],
+    ladder: Sequence[int],
+) -> dict[str, Any]:
+    """A multi-fidelity search's fitted attributes besides ``cv_results_``.
+
+    ``history_`` (each trial's learning curve), ``n_resources_``/``n_candidates_`` (per
+    rung reached: its resource, and how many trials reached it), ``n_iterations_``,
+    ``min_resources_``/``max_resources_`` (the schedule's) and ``total_work_`` (every
+    step's ``work``: the training done, in resource units).
+    """
+    levels = np.unique(results["n_resources"])
+    return {
+        "history_": {t: sorted(c) for t, c in sorted(curves.items())},
+        "n_resources_": [int(r) for r in levels],
+        "n_candidates_": [
+            len(np.unique(results["trial"][results["n_resources"] == r])) for r in levels
+        ],
+        "n_iterations_": len(levels),
+        "min_resources_": int(ladder[0]),
+        "max_resources_": int(ladder[-1]),
+        "total_work_": float(np.sum(results["work"])),
+    }

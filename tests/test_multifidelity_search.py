@@ -243,6 +243,7 @@ def test_any_strategy_with_asha(steady, digits, strategy):
             "resume",
             "not supported",
         ),
+        ({"keep_oof": True}, "keep_oof", "not kept with a scheduler"),
     ],
 )
 def test_bad_input_raises_before_any_work(kwargs, param, match):
