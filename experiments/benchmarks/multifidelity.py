@@ -12,6 +12,8 @@ What is measured
                code as ASHA's);
       (asha)   dmlsearch ``scheduler="asha"``, ``resource="partial_fit"``, the same random
                candidates (same seed);
+      (asha@1/3) ASHA given a third of random's budget (``ASHA(max_total_resource=
+               trials * R // 3)``) and as many random candidates as that budget starts;
       (halving) scikit-learn ``HalvingRandomSearchCV(resource="max_iter", min_resources=1,
                max_resources=R, factor=3)`` on ``SGDClassifier(tol=None)``, ``n_jobs=2``,
                with the number of candidates whose budget is closest to ASHA's median
@@ -19,7 +21,8 @@ What is measured
     Budget: epochs trained over the whole search, per fold (dmlsearch's ``total_work_``,
     counted on the workers: a promoted trial only adds epochs; scikit-learn's
     ``sum(n_candidates_ * n_resources_)``: each iteration refits from scratch); the refit is
-    left out. Seeds 0..``--seeds``-1 (5), contenders interleaved per seed; reported: per
+    left out. Seeds 0..``--seeds``-1 (5), dmlsearch contenders in a rotating order per seed,
+    scikit-learn's right after ASHA; reported: per
     seed, and the medians.
 
 Rerun
@@ -52,7 +55,7 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.model_selection import HalvingRandomSearchCV, train_test_split
 
 from dmlsearch import Categorical, Float, SearchCV
-from dmlsearch.schedulers import SuccessiveHalving
+from dmlsearch.schedulers import ASHA, SuccessiveHalving
 
 SPACE = {
     "alpha": Float(1e-6, 1e-1, log=True),
@@ -81,13 +84,20 @@ def halving_budget(n_candidates: int, R: int, eta: int = 3) -> int:
 def run_dml(client: Any, kind: str, data: tuple[Any, ...], seed: int, args: Any) -> dict[str, Any]:
     X_train, X_test, y_train, y_test = data
     R = args.max_resource
-    scheduler: Any = "asha" if kind == "asha" else SuccessiveHalving(R, R, 3, args.trials)
-    bounds = {"min_resource": 1, "max_resource": R} if kind == "asha" else {}
+    n_trials = args.trials
+    scheduler: Any = "asha"
+    bounds = {"min_resource": 1, "max_resource": R}
+    if kind == "random":
+        scheduler, bounds = SuccessiveHalving(R, R, 3, args.trials), {}
+    elif kind == "asha@1/3":
+        # As many trials as a third of random's budget allows (counted as ASHA counts it).
+        n_trials, bounds = 20 * args.trials, {}
+        scheduler = ASHA(1, R, 3, max_total_resource=args.trials * R // 3)
     search = SearchCV(
         SGDClassifier(random_state=0),
         SPACE,
         strategy="random",
-        n_trials=args.trials,
+        n_trials=n_trials,
         scheduler=scheduler,
         resource="partial_fit",
         cv=3,
@@ -149,17 +159,25 @@ def main(argv: list[str]) -> None:
     if args.quick:
         args.seeds, args.trials, args.max_resource = 2, 27, 9
     quiet_warnings()
-    print_header("multi-fidelity search: ASHA vs random at full budget vs sklearn halving", sys.argv)
+    print_header(
+        "multi-fidelity search: ASHA vs random at full budget vs sklearn halving", sys.argv
+    )
     X, y = load_digits(return_X_y=True)
     X = X / 16.0
-    runs: dict[str, list[dict[str, Any]]] = {"random": [], "asha": [], "halving": []}
+    runs: dict[str, list[dict[str, Any]]] = {
+        "random": [],
+        "asha": [],
+        "halving": [],
+        "asha@1/3": [],
+    }
     with local_cluster(2) as client:
         warm_up(client, 2)
         for seed in range(args.seeds):
             data = tuple(train_test_split(X, y, test_size=0.25, stratify=y, random_state=seed))
             # Which runs first alternates; scikit-learn's halving follows ASHA (its number
             # of candidates is sized on ASHA's budget).
-            for kind in ("random", "asha") if seed % 2 == 0 else ("asha", "random"):
+            kinds = ["random", "asha", "asha@1/3"]
+            for kind in kinds[seed % 3 :] + kinds[: seed % 3]:
                 runs[kind].append(run_dml(client, kind, data, seed, args))
                 if kind == "asha":
                     n = _n_halving(args, runs)
