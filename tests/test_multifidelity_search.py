@@ -206,6 +206,15 @@ def test_median_stopping_runs_steps_and_stops_poor_trials(steady, digits):
     assert float(np.sum(r["work"])) == sum(_highest(search).values())
 
 
+def test_a_grid_smaller_than_the_schedule_fills_what_it_can(steady, digits):
+    X, y = digits
+    space = {"alpha": [1e-4, 1e-3, 1e-2, 1e-1]}
+    search = _search(steady, space=space, strategy="grid", scheduler="halving").fit(X, y)
+    _check_rows(search)
+    # Halving schedules 9 trials at 1 epoch; the grid has 4: the best of them goes on.
+    assert search.n_candidates_ == [4, 1] and search.n_resources_ == [1, 3]
+
+
 @pytest.mark.parametrize("strategy", ["random", "tpe"])
 def test_any_strategy_with_asha(steady, digits, strategy):
     X, y = digits
