@@ -11,6 +11,8 @@ import time
 from typing import Any
 
 import cloudpickle
+import dask.array as da
+import dask.dataframe as dd
 import numpy as np
 import pytest
 import torch
@@ -128,6 +130,19 @@ def test_average_every_step_equals_allreduce_and_every_k_is_local_sgd(
     assert_weights(every_3.model_, local_sgd(*data, epochs=2, every=3))
     # 10 steps an epoch: averaged after steps 3, 6, 9 and at the epoch's end.
     assert [h["sync_rounds"] for h in every_3.history_] == [4, 4]
+
+
+def test_dask_arrays_give_the_numpy_result(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    Xd, yd = da.from_array(X, chunks=37), da.from_array(y, chunks=50)
+    fitted = trainer(client).fit(Xd, yd)
+    assert_weights(fitted.model_, local_sgd(X, y, epochs=2, every=None))
+    with pytest.raises(InvalidParameterError, match="compute_chunk_sizes"):
+        trainer(client).fit(Xd[Xd[:, 0] > 0], yd[Xd[:, 0] > 0])
+    with pytest.raises(NotSupportedError, match="to_dask_array"):
+        trainer(client).fit(dd.from_array(X), y)
 
 
 def test_shuffle_is_reproducible_with_random_state(

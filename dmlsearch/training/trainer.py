@@ -18,7 +18,6 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from distributed import Client
 from distributed.comm import get_address_host
@@ -35,6 +34,7 @@ from ..exceptions import (
 from ..runner.cluster import resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
+from ._data import check_data, head, place_shards
 from ._rank import JobSpec, free_port, train_rank
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
@@ -76,28 +76,6 @@ def _check_sync(sync: Any, staleness: Any) -> None:
             "use sync='allreduce' (gradients averaged every step) or sync='average' "
             "(local SGD, parameters averaged every average_every steps)"
         )
-
-
-def _check_data(X: Any, y: Any, rows_needed: int) -> tuple[np.ndarray, np.ndarray]:
-    for name, a in (("X", X), ("y", y)):
-        if hasattr(a, "dask") or hasattr(a, "npartitions"):
-            raise NotSupportedError(
-                f"{name} is a Dask collection; DataParallelTrainer.fit takes NumPy arrays "
-                f"for now ({name}.compute() if it fits in the driver's memory)"
-            )
-    Xa, ya = np.asarray(X), np.asarray(y)
-    if Xa.ndim < 1 or ya.ndim < 1 or len(Xa) != len(ya):
-        raise InvalidParameterError(
-            "X",
-            f"X and y must be arrays with the same number of rows, got {Xa.shape} and {ya.shape}",
-        )
-    if len(Xa) < rows_needed:
-        raise InvalidParameterError(
-            "batch_size",
-            f"{len(Xa)} rows cannot give every rank a batch: n_workers x batch_size = "
-            f"{rows_needed}; lower batch_size or n_workers",
-        )
-    return Xa, ya
 
 
 class DataParallelTrainer(BaseEstimator):
@@ -192,7 +170,7 @@ class DataParallelTrainer(BaseEstimator):
                 "registry", f"expected a dmlsearch Registry or None, got {self.registry!r}"
             )
 
-    def _initial_model(self, seed: int, X: np.ndarray, y: np.ndarray) -> torch.nn.Module:
+    def _initial_model(self, seed: int, X: Any, y: Any) -> torch.nn.Module:
         """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -212,8 +190,8 @@ class DataParallelTrainer(BaseEstimator):
         model.eval()
         try:
             with torch.no_grad():
-                rows = slice(0, self.batch_size)
-                self.loss_fn(model(_tensor(X[rows])), _tensor(y[rows]))
+                b = int(self.batch_size)
+                self.loss_fn(model(_tensor(head(X, b))), _tensor(head(y, b)))
         except Exception as exc:
             raise InvalidParameterError(
                 "model_fn",
@@ -223,10 +201,10 @@ class DataParallelTrainer(BaseEstimator):
         return model
 
     def fit(self, X: Any, y: Any) -> DataParallelTrainer:
-        """Train on ``(X, y)`` (NumPy arrays); returns self."""
+        """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
         self._check_params()
         w = int(self.n_workers)
-        Xa, ya = _check_data(X, y, w * int(self.batch_size))
+        Xa, ya = check_data(X, y, w * int(self.batch_size))
         seed = entropy_of(self.random_state) % (2**31 - 1)
         model = self._initial_model(seed, Xa, ya)
         self.checkpoint_: Checkpoint | None = None
@@ -243,7 +221,7 @@ class DataParallelTrainer(BaseEstimator):
         self.checkpoint_ = checkpoint
 
     def _train(
-        self, client: Client, X: np.ndarray, y: np.ndarray, start: _Start, seed: int
+        self, client: Client, X: Any, y: Any, start: _Start, seed: int
     ) -> tuple[list[dict[str, Any]], _Start, int]:
         """Run the job on a gang; with ``elastic``, again from the last checkpoint on a loss."""
         k = int(self.n_workers)
@@ -270,15 +248,11 @@ class DataParallelTrainer(BaseEstimator):
                 )
 
     def _run(
-        self, client: Client, gang: Gang, X: np.ndarray, y: np.ndarray, start: _Start, seed: int
+        self, client: Client, gang: Gang, X: Any, y: Any, start: _Start, seed: int
     ) -> list[dict[str, Any]]:
-        n, w, b = len(X), gang.size, int(self.batch_size)
+        n, w, b = int(X.shape[0]), gang.size, int(self.batch_size)
         workers = alive_workers(client, running=False)
-        shards = []
-        for r, worker in enumerate(gang.workers):
-            rows = slice(r * n // w, (r + 1) * n // w)
-            # Once, to the worker that trains on it: never through the driver per epoch.
-            shards.append(client.scatter([X[rows], y[rows]], workers=[worker], hash=False))
+        shards = place_shards(client, gang.workers, X, y)
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
         checkpoints = CheckpointInbox(client, self.registry, self._keep, list(start.history))
