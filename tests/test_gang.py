@@ -106,6 +106,17 @@ def test_a_busy_gang_makes_the_next_wait_or_time_out(three: Client) -> None:
             assert small.size == 1
 
 
+def test_a_reservation_left_by_a_driver_that_went_away_is_dropped(three: Client) -> None:
+    other = Client(three.scheduler.address, set_as_default=False)
+    held = reserve(other, 3, name="crashed-driver")
+    held.__enter__()  # never exited: as if that driver died holding every worker
+    assert len(three.get_metadata(METADATA_KEY, default={})) == 1
+    other.close()
+    with reserve(three, 2, name="after", wait_timeout=30) as gang:
+        assert gang.size == 2
+    assert three.get_metadata(METADATA_KEY, default={}) == {}
+
+
 def _uneven(rank: int) -> int:
     time.sleep(5.0 * rank)
     return rank

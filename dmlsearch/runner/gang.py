@@ -72,6 +72,8 @@ def _live_reservations(client: Client) -> dict[str, dict[str, Any]]:
             gangs[gang_id].get("name", gang_id),
         )
         del gangs[gang_id]
+    if stale:
+        client.set_metadata(METADATA_KEY, gangs)
     return gangs
 
 
@@ -88,13 +90,14 @@ def _admission(client: Client) -> Iterator[None]:
 
 def _try_admit(client: Client, k: int, gang_id: str, name: str) -> list[str] | None:
     """Under the lock: the k workers reserved for the gang, or None if too few are free."""
-    alive = alive_workers(client)
-    if len(alive) < k:
+    total = len(alive_workers(client, running=False))
+    if total < k:
         raise InvalidParameterError(
             "n_workers",
-            f"{name} needs {k} workers at once but the cluster has {len(alive)}; "
-            f"ask for at most {len(alive)} or add workers",
+            f"{name} needs {k} workers at once but the cluster has {total}; "
+            f"ask for at most {total} or add workers",
         )
+    alive = alive_workers(client)  # a paused worker (memory) is waited for, not chosen
     gangs = _live_reservations(client)
     taken = {w for rec in gangs.values() for w in rec.get("workers", ())}
     free = [w for w in sorted(alive) if w not in taken]
