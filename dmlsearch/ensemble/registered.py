@@ -20,11 +20,10 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from .. import _oof
 from ..exceptions import InvalidParameterError
 from ..registry.formats import FormatError, Serialized
 from ..registry.registry import ENSEMBLE_FORMAT
-from .selection import votes
+from .selection import weighted_mean, weighted_proba
 
 if TYPE_CHECKING:
     from ..registry import ModelVersionRecord, Registry
@@ -68,25 +67,15 @@ class WeightedEnsemble(BaseEstimator):
     def predict_proba(self, X: Any) -> np.ndarray:
         """The members' weighted mean class probabilities."""
         check_is_fitted(self)
-        classes = self.classes_
-        assert classes is not None
-        total: Any = 0.0
-        for estimator, weight in zip(self.estimators_, self.weights_, strict=True):
-            if weight:
-                method, values = _oof.response(estimator, X, classes)
-                total = total + weight * votes(method, values, len(classes))
-        return np.asarray(total)
+        assert self.classes_ is not None
+        return weighted_proba(self.estimators_, self.weights_, self.classes_, X)
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest weighted probability, or the weighted mean prediction."""
         check_is_fitted(self)
         if self.classes_ is not None:
             return self.classes_.take(self.predict_proba(X).argmax(axis=1))
-        total: Any = 0.0
-        for estimator, weight in zip(self.estimators_, self.weights_, strict=True):
-            if weight:
-                total = total + weight * np.asarray(estimator.predict(X), dtype=np.float64)
-        return np.asarray(total)
+        return weighted_mean(self.estimators_, self.weights_, X)
 
 
 def check_weights(weights: Any, n_members: int) -> np.ndarray:

@@ -51,6 +51,26 @@ def votes(method: str, values: np.ndarray, n_classes: int) -> np.ndarray:
     return _oof.one_hot(columns, n_classes).astype(np.float32)
 
 
+def weighted_proba(estimators: Any, weights: Any, classes: np.ndarray, X: Any) -> np.ndarray:
+    """The members' weighted mean class weights (:func:`votes`); members of weight 0 are
+    not asked."""
+    total: Any = 0.0
+    for estimator, weight in zip(estimators, weights, strict=True):
+        if weight:
+            method, values = _oof.response(estimator, X, classes)
+            total = total + weight * votes(method, values, len(classes))
+    return np.asarray(total)
+
+
+def weighted_mean(estimators: Any, weights: Any, X: Any) -> np.ndarray:
+    """The members' weighted mean prediction (regressors)."""
+    total: Any = 0.0
+    for estimator, weight in zip(estimators, weights, strict=True):
+        if weight:
+            total = total + weight * np.asarray(estimator.predict(X), dtype=np.float64)
+    return np.asarray(total)
+
+
 class _Fixed(BaseEstimator):
     """Stands for an ensemble whose predictions are known, so that any scikit-learn scorer
     can score them."""
@@ -356,23 +376,15 @@ class EnsembleSelection(ClientParam, BaseEstimator):
     def predict_proba(self, X: Any) -> np.ndarray:
         """The members' weighted mean class probabilities (votes for members without them)."""
         check_is_fitted(self)
-        classes = self.classes_
-        assert classes is not None
-        total: Any = 0.0
-        for estimator, weight in zip(self.estimators_, self.weights_, strict=True):
-            method, values = _oof.response(estimator, X, classes)
-            total = total + weight * votes(method, values, len(classes))
-        return np.asarray(total)
+        assert self.classes_ is not None
+        return weighted_proba(self.estimators_, self.weights_, self.classes_, X)
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest weighted probability, or the weighted mean prediction."""
         check_is_fitted(self)
         if self.classes_ is not None:
             return self.classes_.take(self.predict_proba(X).argmax(axis=1))
-        total: Any = 0.0
-        for estimator, weight in zip(self.estimators_, self.weights_, strict=True):
-            total = total + weight * np.asarray(estimator.predict(X), dtype=np.float64)
-        return np.asarray(total)
+        return weighted_mean(self.estimators_, self.weights_, X)
 
     def score(self, X: Any, y: Any) -> float:
         """The selection's scorer (``scoring``) on ``X``, ``y``."""
