@@ -239,6 +239,17 @@ def experiment_folder(registry: Any, experiment: Any) -> str:
     return f"{registry.registry_id or '_'}/oof/{key}"
 
 
+def delete_folder(registry: Any, experiment: Any) -> list[str]:
+    """Delete an experiment's out-of-fold files from the registry's artifact store; the
+    paths deleted (none if it kept none)."""
+    store = _store(registry.artifacts.url, experiment_folder(registry, experiment))
+    if not store.fs.exists(store.base):
+        return []
+    paths = [str(p) for p in store.fs.ls(store.base, detail=False)]
+    store.fs.rm(store.base, recursive=True)
+    return paths
+
+
 def artifact_sink(sink: OofSink, registry: Any, experiment_id: int | None) -> OofSink:
     """``sink`` moved to the registry's artifact store, in the experiment's folder."""
     assert experiment_id is not None

@@ -4,6 +4,7 @@ greedy selection, members refitted on the cluster, from a fitted search or a reg
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,6 +140,10 @@ def test_oof_go_to_the_registry_artifact_store(client, iris, tmp_path):
         # The registry's garbage collection leaves them alone (they are not model blobs).
         registry.gc(grace_seconds=0)
         np.testing.assert_array_equal(search.oof_predictions(2), expected.astype(np.float32))
+        # They go with their experiment.
+        deleted = registry.delete_experiment("lr")["artifacts"]
+        assert {r.key for r in refs} <= {str(p) for p in deleted}
+        assert not any(Path(r.key).exists() for r in refs)
 
 
 # -- the greedy algorithm alone --------------------------------------------------------------

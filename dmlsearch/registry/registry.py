@@ -238,16 +238,19 @@ class Registry:
 
         Model versions registered from the experiment are kept (they are models users load;
         their lineage still names it), so are their artifacts and every blob written in the
-        last hour (see :meth:`gc`). Returns ``{"experiment": name, "id": id, "trials": n,
-        "artifacts": [deleted blob paths]}``. Raises NotFoundError (suggesting a close name)
-        if there is no such experiment.
+        last hour (see :meth:`gc`). The trials' out-of-fold predictions (``keep_oof``) go
+        with the experiment. Returns ``{"experiment": name, "id": id, "trials": n,
+        "artifacts": [deleted paths]}``. Raises NotFoundError (suggesting a close name) if
+        there is no such experiment.
         """
+        from .._oof import delete_folder
+
         exp = self.experiment(name_or_id)
         try:
             n_trials = self.store.delete_experiment(exp.id)
         except NotFoundError:  # deleted by another process meanwhile
             raise self._no_experiment(name_or_id) from None
-        removed = self.gc()
+        removed = delete_folder(self, exp) + self.gc()
         return {"experiment": exp.name, "id": exp.id, "trials": n_trials, "artifacts": removed}
 
     def experiments(self) -> pd.DataFrame:
