@@ -21,12 +21,12 @@ import dask
 import numpy as np
 from sklearn.base import clone, is_classifier
 from sklearn.exceptions import FitFailedWarning
-from sklearn.model_selection import check_cv
 from sklearn.utils import indexable
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
 from ._results import build_rung_results, rung_attributes
 from ._rungs import RungContext, RungResult, drop_states
+from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .fidelity import check_resource, train
 from .schedulers import (
@@ -237,10 +237,7 @@ def _prepare(search: SearchCV, X: Any, y: Any, groups: Any) -> _Setup:
     scoring, refit_metric = search._validate()
     space = as_space(search.search_space)
     X, y, groups = indexable(X, y, groups)
-    cv = check_cv(search.cv, y, classifier=is_classifier(search.estimator))
-    splits = [(np.asarray(tr), np.asarray(te)) for tr, te in cv.split(X, y, groups)]
-    if not splits:
-        raise InvalidParameterError("cv", "the splitter produced no splits")
+    splits = cv_splits(search.cv, X, y, groups, classifier=is_classifier(search.estimator))
     plan, n_trials = plan_schedule(search, splits, y)
     seed = _resolve_seed(search.random_state)
     strategy = make_strategy(search.strategy, space, n_trials, seed)
