@@ -126,6 +126,8 @@ class WorkLoop(Generic[P, R]):
         self._shared_futures: list[Future] = []
         self._inflight: dict[Future, _Task[P]] = {}
         self._finished: queue.Queue[Future] = queue.Queue()
+        # Task key -> (True, results) or (False, the error fetching them); see _fetch.
+        self._fetched: dict[Hashable, tuple[bool, Any]] = {}
         self._retry: deque[Unit[P]] = deque()
         self._retries: dict[Hashable, int] = {}
         self._free_losses: dict[Hashable, int] = {}
@@ -182,9 +184,10 @@ class WorkLoop(Generic[P, R]):
                     broadcast=True,
                     timeout=max(1.0, min(15.0, self.no_workers_timeout / 4)),
                 )[0]
-            except (CommClosedError, OSError) as exc:
-                # The scheduler may still list a worker that has just died, or none may be
-                # up yet after a crash: wait for the cluster to recover, within reason.
+            except (CommClosedError, OSError, KeyError) as exc:
+                # The scheduler may still list a worker that has just died (KeyError: it
+                # left while the scheduler copied the data to every worker), or none may
+                # be up yet after a crash: wait for the cluster to recover, within reason.
                 if time.monotonic() > deadline:
                     raise NoWorkersError(
                         f"could not send {self.name}'s data to any worker for "
@@ -231,8 +234,8 @@ class WorkLoop(Generic[P, R]):
             pure=False,
             **where,
         )
-        # Called on the client's event loop whether the task ends, errs or is cancelled.
-        fut.add_done_callback(self._finished.put)
+        # Called on Dask's callback thread whether the task ends, errs or is cancelled.
+        fut.add_done_callback(self._fetch)
         self.source.submitted(units)
         now = time.monotonic()
         task = _Task(units, now)
@@ -410,15 +413,43 @@ class WorkLoop(Generic[P, R]):
     def _shared_lost(self) -> bool:
         return any(f.status != "finished" for f in self._shared_futures)
 
+    def _fetch(self, fut: Future) -> None:
+        """On Dask's callback thread: take a task's results as soon as it ends.
+
+        A result still on its worker when the worker dies is lost, and Dask runs the task
+        again: a unit run twice for one kill. Fetched here, and the key released, it is
+        safe at once, even while the driver is busy recording other results.
+        """
+        try:
+            if fut.status == "finished":
+                try:
+                    self._fetched[fut.key] = (True, fut.result())
+                except BaseException as exc:  # judged by _handle, as any lost result
+                    self._fetched[fut.key] = (False, exc)
+                else:
+                    fut.release()
+        finally:
+            self._finished.put(fut)  # whatever happened, the loop must hear of it
+
+    def _results(self, fut: Future) -> Sequence[R]:
+        fetched = self._fetched.pop(fut.key, None)
+        if fetched is None:
+            return fut.result()
+        ok, value = fetched
+        if not ok:
+            raise value
+        return value
+
     def _handle(self, fut: Future) -> None:
         task = self._inflight.pop(fut)
         probe = fut is self._probe
         if probe:
             self._probe = None
-        status = fut.status
+        # A released key reads "cancelled": what _fetch took decides.
+        status = "finished" if fut.key in self._fetched else fut.status
         if status == "finished":
             try:
-                results: Sequence[R] = fut.result()
+                results: Sequence[R] = self._results(fut)
             except _LOST as exc:
                 # The result went with its worker before we gathered it.
                 self._lost(
@@ -625,6 +656,7 @@ class WorkLoop(Generic[P, R]):
                 self._reports.close()
             if self._shared_futures:
                 self.client.cancel(self._shared_futures)
+            self._fetched.clear()
         return self.stats
 
     def _progress(self) -> None:
