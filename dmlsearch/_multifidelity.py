@@ -277,6 +277,7 @@ def _run_steps(
     *,
     progress: Any,
     budget_ends: float | None,
+    experiment: str,
 ) -> None:
     """Every rung step through the runner's loop; every state of the run dropped after."""
     from .runner import WorkLoop
@@ -285,6 +286,8 @@ def _run_steps(
     from .search import _strategy_name
 
     run = setup.context.run
+    name = f"{_strategy_name(search.strategy)} + {setup.scheduler.name}"
+    reporter = _reporter(search, client, setup, experiment, name)
     source = RungSource(
         setup.scheduler,
         setup.strategy,
@@ -293,6 +296,7 @@ def _run_steps(
         rows.add,
         estimator=search.estimator,
         steps=setup.plan.steps,
+        observer=reporter,
     )
     policy = UnitPolicy(
         max_retries=search.max_retries,
@@ -308,6 +312,8 @@ def _run_steps(
     def tick() -> None:
         if rows.recorder is not None:
             rows.recorder.tick()
+        if reporter is not None:
+            reporter.tick()
         if time.monotonic() - last_release[0] >= _RELEASE_EVERY:
             last_release[0] = time.monotonic()
             released = source.take_released()
@@ -321,18 +327,47 @@ def _run_steps(
         # ASHA decides better on fresh results: no more steps than threads.
         max_units_in_flight=search.max_concurrent_trials or max(1, sum(client.nthreads().values())),
         progress=progress,
-        name=f"{type(search.estimator).__name__} ({_strategy_name(search.strategy)}"
-        f" + {setup.scheduler.name})",
+        name=f"{type(search.estimator).__name__} ({name})",
         budget_ends=budget_ends,
         budget_policy=search.time_budget_policy,
         no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
         on_tick=tick,
     )
+    status = "failed"
     try:
         search.runner_stats_ = loop.run()
+        status = "complete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
     finally:
         _release(client, run, None)
+        if reporter is not None:
+            reporter.experiment_finished(status)
     source.finish()
+
+
+def _reporter(
+    search: SearchCV, client: Client, setup: _Setup, experiment: str, strategy: str
+) -> Any:
+    """The dashboard's reporter for this search (one row per rung step), or None."""
+    if not search.dashboard:
+        return None
+    from .dashboard import DashboardReporter
+
+    return DashboardReporter.attach(
+        client,
+        experiment,
+        {
+            "estimator": type(search.estimator).__name__,
+            "strategy": strategy,
+            "total": None,  # steps: as many as the scheduler promotes
+            "n_splits": len(setup.splits),
+            "metric": setup.primary,
+            "scoring": search.scoring if isinstance(search.scoring, str) else None,
+            "resume": False,
+        },
+    )
 
 
 def fit_multifidelity(
@@ -363,7 +398,14 @@ def fit_multifidelity(
             rows = _Rows(setup.primary, len(setup.splits), recorder)
             clock.lap("setup")
             _run_steps(
-                search, client, setup, rows, fit_params, progress=progress, budget_ends=budget_ends
+                search,
+                client,
+                setup,
+                rows,
+                fit_params,
+                progress=progress,
+                budget_ends=budget_ends,
+                experiment=name,
             )
             clock.lap("search")
     except BaseException as exc:

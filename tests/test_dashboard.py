@@ -443,10 +443,12 @@ def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
     shown = ensembles(
         _wait_for(
             base,
-            lambda v: {
-                k: e["status"] for k, e in ensembles(v).items() if e["status"] == "complete"
-            }.keys()
-            >= {"BaggingClassifier.fit", "StackingClassifier.fit"},
+            lambda v: (
+                {
+                    k: e["status"] for k, e in ensembles(v).items() if e["status"] == "complete"
+                }.keys()
+                >= {"BaggingClassifier.fit", "StackingClassifier.fit"}
+            ),
         )
     )
     bagging, stacking = shown["BaggingClassifier.fit"], shown["StackingClassifier.fit"]
@@ -460,6 +462,45 @@ def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
     # 2 estimators x (3 folds + 1 refit on all rows)
     assert stacking["meta"]["total"] == 8 and stacking["done"] == 8
     assert stacking["meta"]["estimator"] == "lr, tree"
+
+
+@pytest.mark.cluster
+def test_a_multi_fidelity_search_shows_each_rung_step(cluster, client):
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import SGDClassifier
+
+    X, y = load_digits(return_X_y=True)
+    base = cluster.dashboard_link.rsplit("/", 1)[0]
+    name = f"asha-{uuid.uuid4().hex[:6]}"
+    search = SearchCV(
+        SGDClassifier(random_state=0),
+        {"alpha": Float(1e-5, 1e-1, log=True)},
+        scheduler="asha",
+        resource="partial_fit",
+        max_resource=9,
+        n_trials=6,
+        cv=2,
+        client=client,
+        experiment_name=name,
+        progress=False,
+        random_state=0,
+    ).fit(X, y)
+    view = _wait_for(base, lambda v: v.get(name, {}).get("status") == "complete")[name]
+    steps = len(search.cv_results_["trial"])
+    assert view["done"] == steps and view["counts"] == {"complete": steps}
+    assert view["meta"]["strategy"] == "random + asha"
+    assert {
+        (r["number"], r["params"]["rung"], r["params"]["resource"]) for r in view["finished"]
+    } == {
+        (int(t), int(i), int(n))
+        for t, i, n in zip(
+            search.cv_results_["trial"],
+            search.cv_results_["iter"],
+            search.cv_results_["n_resources"],
+            strict=True,
+        )
+    }
+    assert view["best"] == pytest.approx(max(search.cv_results_["mean_test_score"]))
 
 
 @pytest.mark.cluster

@@ -99,8 +99,9 @@ class DashboardReporter(RunObserver):
         self.experiment = ""
         self._meta: dict[str, Any] = {}
         self._events: list[dict[str, Any]] = []
-        self._submitted: list[list[Any]] = []
-        self._finished: list[list[Any]] = []
+        # ("submitted" | "ended", rows), in the order they happened: a unit may end and a
+        # unit of the same number (a trial's next rung) start within one batch.
+        self._units: list[tuple[str, list[list[Any]]]] = []
         self._last = 0.0
         # Shared with the client's event loop (the sender), under the lock.
         self._lock = threading.Lock()
@@ -166,7 +167,7 @@ class DashboardReporter(RunObserver):
 
     def units_submitted(self, units: list[tuple[int, dict[str, Any]]]) -> None:
         """Units of any kind (trials, ensemble members) sent to the cluster, by number."""
-        self._submitted.extend([int(number), _params(params)] for number, params in units)
+        self._add("submitted", [[int(number), _params(params)] for number, params in units])
 
     def unit_finished(
         self,
@@ -179,17 +180,26 @@ class DashboardReporter(RunObserver):
     ) -> None:
         """A unit ended; ``value`` is its score, if it has one."""
         # [number, state, value, worker, duration, params (None: as submitted), error]
-        self._finished.append(
+        self._add(
+            "ended",
             [
-                int(number),
-                str(state),
-                _plain(value),
-                _plain(worker),
-                _plain(duration),
-                None,
-                None if error is None else _error_summary(error),
-            ]
+                [
+                    int(number),
+                    str(state),
+                    _plain(value),
+                    _plain(worker),
+                    _plain(duration),
+                    None,
+                    None if error is None else _error_summary(error),
+                ]
+            ],
         )
+
+    def _add(self, kind: str, rows: list[list[Any]]) -> None:
+        if self._units and self._units[-1][0] == kind:
+            self._units[-1][1].extend(rows)
+        else:
+            self._units.append((kind, rows))
 
     def tick(self) -> None:
         if time.monotonic() - self._last >= self.interval:
@@ -214,15 +224,11 @@ class DashboardReporter(RunObserver):
         self._last = time.monotonic()
         # Trials go first (an experiment's status comes after its last trials).
         batch: list[dict[str, Any]] = []
-        if self._submitted:
-            batch.append(
-                {"kind": "submitted", "experiment": self.experiment, "trials": self._submitted}
-            )
-        if self._finished:
-            batch.append({"kind": "ended", "experiment": self.experiment, "trials": self._finished})
+        for kind, rows in self._units:
+            batch.append({"kind": kind, "experiment": self.experiment, "trials": rows})
         status = [e for e in self._events if e["kind"] == "status"]
         events = [e for e in self._events if e["kind"] != "status"] + batch + status
-        self._events, self._submitted, self._finished = [], [], []
+        self._events, self._units = [], []
         if not events or self._broken:
             return 0
         with self._lock:

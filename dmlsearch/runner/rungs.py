@@ -104,8 +104,10 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         *,
         estimator: Any = None,
         steps: tuple[int, ...] | None = None,
+        observer: Any = None,
     ) -> None:
         self.scheduler = scheduler
+        self.observer = observer  # hears each step start and end (the dashboard's reporter)
         self.strategy = strategy
         self.seed = seed
         self.score = score
@@ -191,6 +193,22 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         return Unit(spec.id, spec)
 
     # -- recording -------------------------------------------------------------------------
+    def submitted(self, units: list[Unit[RungSpec]]) -> None:
+        if self.observer is not None:
+            self.observer.units_submitted(
+                [
+                    (
+                        u.payload.trial,
+                        {
+                            **u.payload.params,
+                            "rung": u.payload.rung,
+                            "resource": u.payload.resource,
+                        },
+                    )
+                    for u in units
+                ]
+            )
+
     def record(self, unit: Unit[RungSpec], result: RungResult, retries: int) -> float | None:
         trial = result.trial
         self.in_flight.discard(trial)
@@ -208,6 +226,10 @@ class RungSource(UnitSource[RungSpec, RungResult]):
             self.failed.add(trial)
             value = None
         self.on_result(result, retries)
+        if self.observer is not None:
+            self.observer.unit_finished(
+                trial, result.state, value, result.worker, result.duration, result.error
+            )
         if self.steps is not None:
             self._stop_poor_trials()
         self._settle()
