@@ -4,8 +4,9 @@
 
 * ``"partial_fit"``: calls of ``partial_fit`` over the training data (epochs);
 * an estimator parameter, e.g. ``"n_estimators"`` (scikit-learn ensembles with
-  ``warm_start``, which the helper sets) or ``"max_iter"``; in a Pipeline, the step's
-  parameter (``"clf__n_estimators"``);
+  ``warm_start``, which the helper sets; xgboost's boosting rounds, continued from the
+  previous booster) or ``"max_iter"``; in a Pipeline, the step's parameter
+  (``"clf__n_estimators"``);
 * ``"n_samples"``: training rows, a deterministic subsample by seed (as scikit-learn's
   Halving searches).
 
@@ -35,6 +36,7 @@ __all__ = [
     "RESOURCES",
     "TrainStep",
     "check_resource",
+    "is_xgboost",
     "subsample",
     "train",
     "train_n_samples",
@@ -167,10 +169,47 @@ def _counts_total(estimator: Any, param: str) -> bool:
     name = param.rpartition("__")[2]
     if name == "n_estimators":
         return True
-    step = estimator
-    if "__" in param:
-        step = estimator.get_params(deep=True).get(param.rpartition("__")[0], estimator)
-    return type(step).__name__.startswith("HistGradientBoosting")
+    return type(_step_of(estimator, param)).__name__.startswith("HistGradientBoosting")
+
+
+def _step_of(estimator: Any, param: str) -> Any:
+    """The estimator that owns ``param`` (a Pipeline's step, or ``estimator`` itself)."""
+    prefix = param.rpartition("__")[0]
+    return estimator.get_params(deep=True).get(prefix, estimator) if prefix else estimator
+
+
+def is_xgboost(estimator: Any) -> bool:
+    """Whether ``estimator`` is one of xgboost's scikit-learn models (XGBClassifier, ...).
+
+    Tested by module name and method, so that this module never imports xgboost.
+    """
+    return type(estimator).__module__.split(".")[0] == "xgboost" and callable(
+        getattr(estimator, "get_booster", None)
+    )
+
+
+def _xgboost_rounds(state: Any, param: str) -> bool:
+    """Whether ``param`` counts an xgboost model's boosting rounds (its ``n_estimators``)."""
+    return param.rpartition("__")[2] == "n_estimators" and is_xgboost(_step_of(state, param))
+
+
+def _continue_xgboost(
+    state: Any, X: Any, y: Any, resource: int, previous: int, param: str, fit_params: dict[str, Any]
+) -> TrainStep:
+    """Train ``resource - previous`` more rounds on the booster of ``state``.
+
+    xgboost's ``fit(..., xgb_model=booster)`` starts from a copy of that booster and adds
+    ``n_estimators`` rounds, so the fit gets the difference; the parameter is then set back
+    to the total, which is what the model now holds.
+    """
+    booster = _step_of(state, param).get_booster()
+    prefix = param.rpartition("__")[0]
+    key = f"{prefix}__xgb_model" if prefix else "xgb_model"
+    model = _fresh(state)
+    model.set_params(**{param: resource - previous})
+    model.fit(X, y, **{key: booster}, **fit_params)
+    model.set_params(**{param: resource})
+    return TrainStep(model, resource, previous, True, resource - previous)
 
 
 def train_param(
@@ -188,14 +227,19 @@ def train_param(
     With ``warm_start`` (set here) and a state trained to ``previous``, training continues:
     an ensemble grows from ``previous`` to ``resource`` members (same model as fitting
     ``resource`` at once, for a fixed ``random_state``); an iterative solver runs
-    ``resource - previous`` more iterations from its previous solution. Without
-    ``warm_start`` the model is refitted with ``param = resource``.
+    ``resource - previous`` more iterations from its previous solution. xgboost's
+    ``n_estimators`` (boosting rounds) continue from the previous booster, the same model
+    as ``resource`` rounds at once. Otherwise the model is refitted with ``param = resource``.
     """
     resource, previous = _check_budget(resource, previous)
     check_resource(param, state)
+    fit_params = dict(fit_params or {})
+    if _xgboost_rounds(state, param) and previous > 0 and _is_fitted(state):
+        if resource == previous:
+            return TrainStep(copy.deepcopy(state), resource, previous, True, 0)
+        return _continue_xgboost(state, X, y, resource, previous, param, fit_params)
     warm = _warm_start_key(param)
     has_warm = warm in state.get_params(deep=True)
-    fit_params = dict(fit_params or {})
     if has_warm and previous > 0 and _is_fitted(state):
         model = copy.deepcopy(state)
         if resource == previous:

@@ -235,3 +235,93 @@ def test_train_dispatches_on_the_resource_name() -> None:
     assert len(forest.estimator.estimators_) == 2
     with pytest.raises(InvalidParameterError, match="partial_fit"):
         train("partial_fit", RandomForestClassifier(), X, Y, 2)
+
+
+# ---------------------------------------------------------------- xgboost boosting rounds
+
+#: Boosting rounds trained by every xgboost fit in this module (an xgboost callback counts).
+ROUNDS: list[int] = []
+
+
+def _xgb(**params: Any) -> Any:
+    xgboost = pytest.importorskip("xgboost")
+
+    class CountRounds(xgboost.callback.TrainingCallback):
+        def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+            ROUNDS.append(epoch)
+            return False
+
+    return xgboost.XGBClassifier(
+        max_depth=3, tree_method="hist", random_state=0, n_jobs=1, callbacks=[CountRounds()],
+        **params,
+    )  # fmt: skip
+
+
+def test_xgboost_rounds_continue_from_the_previous_booster() -> None:
+    ROUNDS.clear()
+    first = train_param(_xgb(), X, Y, 4, param="n_estimators")
+    before = first.estimator.get_booster().save_raw()
+    step = train_param(first.estimator, X, Y, 10, previous=4, param="n_estimators")
+    assert (first.continued, first.work) == (False, 4)
+    assert (step.continued, step.work) == (True, 6)
+    assert len(ROUNDS) == 10  # counted by xgboost: 4 + 6 rounds, never 4 + 10
+    model = step.estimator
+    assert model.get_booster().num_boosted_rounds() == 10 and model.n_estimators == 10
+    assert first.estimator.get_booster().save_raw() == before  # the state is not changed
+    straight = train_param(_xgb(), X, Y, 10, param="n_estimators").estimator
+    assert np.array_equal(model.predict_proba(X), straight.predict_proba(X))
+    same = train_param(model, X, Y, 10, previous=10, param="n_estimators")
+    assert (same.continued, same.work) == (True, 0)
+
+
+def test_xgboost_rounds_continue_inside_a_pipeline() -> None:
+    pipe = make_pipeline(StandardScaler(), _xgb())
+    param = "xgbclassifier__n_estimators"
+    first = train_param(pipe, X, Y, 3, param=param)
+    step = train_param(first.estimator, X, Y, 9, previous=3, param=param)
+    assert (step.continued, step.work) == (True, 6)
+    straight = train_param(pipe, X, Y, 9, param=param).estimator
+    assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
+
+
+def test_xgboost_from_an_unfitted_state_refits() -> None:
+    step = train_param(_xgb(), X, Y, 5, previous=2, param="n_estimators")
+    assert (step.continued, step.work) == (False, 5)
+    assert step.estimator.get_booster().num_boosted_rounds() == 5
+
+
+@pytest.mark.cluster
+def test_search_cv_asha_on_xgboost_rounds_trains_each_round_once() -> None:
+    import dask
+    from distributed import Client
+
+    from dmlsearch import Float, SearchCV
+    from dmlsearch.testing import local_cluster
+
+    xgboost = pytest.importorskip("xgboost")
+    # No work stealing: a promotion runs where its booster is, so the counts are exact.
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = local_cluster(2)
+    with cluster, Client(cluster, set_as_default=False) as client:
+        search = SearchCV(
+            xgboost.XGBClassifier(max_depth=2, tree_method="hist", random_state=0, n_jobs=1),
+            {"learning_rate": Float(0.05, 0.5, log=True)},
+            scheduler="asha",
+            resource="n_estimators",
+            min_resource=2,
+            max_resource=18,
+            n_trials=9,
+            cv=3,
+            random_state=0,
+            client=client,
+            progress=False,
+            dashboard=False,
+        ).fit(X, Y)
+    r = search.cv_results_
+    highest: dict[int, int] = {}
+    for trial, resource in zip(r["trial"], r["n_resources"], strict=True):
+        highest[int(trial)] = max(highest.get(int(trial), 0), int(resource))
+    assert (r["n_resources"] > 2).any()
+    assert float(np.sum(r["work"])) == sum(highest.values())  # no refit from zero
+    assert r["continued"][r["n_resources"] > 2].all()
+    assert search.best_estimator_.get_booster().num_boosted_rounds() == search.best_resource_
