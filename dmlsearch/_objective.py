@@ -1,0 +1,270 @@
+"""What runs on a worker for :func:`dmlsearch.optimize`: a user objective and its trial.
+
+``objective(params, trial)`` gets a :class:`Trial`: ``trial.report(value, step)`` sends an
+intermediate value to the driver over the runner's report stream; ``trial.should_stop()``
+asks whether the driver's pruner has decided to stop this trial. The decision travels the
+other way as a :class:`distributed.Event` per trial (set by the driver, read by the
+worker), since the report stream only goes from workers to the driver.
+
+The pruners at the end are pure: they read every trial's intermediate scores and answer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._evaluate import _worker_name
+from ._states import COMPLETE, FAILED
+from .exceptions import InvalidParameterError
+from .runner.reports import report_progress
+from .runner.units import Unit, UnitKind, UnitPolicy
+from .schedulers import History, MedianStopping
+
+__all__ = [
+    "PRUNED",
+    "AshaPruner",
+    "MedianPruner",
+    "ObjectiveKind",
+    "ObjectiveOutcome",
+    "ObjectiveSpec",
+    "Pruner",
+    "Trial",
+    "run_objectives",
+]
+
+#: A trial its pruner stopped (``should_stop()`` answered True) before it ended.
+PRUNED = "pruned"
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """One trial of an objective: its number, parameters, seed and stop signal's name."""
+
+    number: int
+    params: dict[str, Any]
+    seed: int
+    stop_event: str | None = None
+
+
+@dataclass
+class ObjectiveOutcome:
+    """What a trial gives back: the objective's value (as returned) and its curve."""
+
+    number: int
+    params: dict[str, Any]
+    seed: int
+    state: str
+    value: float | None
+    intermediate: dict[int, float]
+    started: float
+    finished: float
+    worker: str
+    error: str | None = None
+    retries: int = 0
+
+    @property
+    def duration(self) -> float:
+        return self.finished - self.started
+
+
+class Trial:
+    """The handle an objective gets: report intermediate values, ask whether to stop."""
+
+    def __init__(
+        self, number: int, params: dict[str, Any], seed: int = 0, stop_event: str | None = None
+    ) -> None:
+        self.number = number
+        self.params = params
+        self.seed = seed
+        self.intermediate: dict[int, float] = {}
+        self._stop_event = stop_event
+        self._stopped = False
+
+    def report(self, value: float, step: int) -> None:
+        """Record ``value`` at ``step`` (an epoch, a budget) and send it to the driver."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidParameterError("step", f"must be an integer >= 0, got {step!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise InvalidParameterError(
+                "value", f"trial.report needs a number, got {value!r}"
+            ) from None
+        self.intermediate[step] = number
+        report_progress(self.number, step=step, value=number)
+
+    def should_stop(self) -> bool:
+        """True once the driver's pruner has stopped this trial (it stays True).
+
+        One small scheduler round trip per call; False outside a run.
+        """
+        if self._stopped or self._stop_event is None:
+            return self._stopped
+        try:
+            from distributed import Event
+
+            self._stopped = bool(Event(self._stop_event).is_set())
+        except Exception:  # not on a worker, or the scheduler is going: keep training
+            return False
+        return self._stopped
+
+
+def _value(returned: Any, trial: Trial) -> tuple[float | None, str | None]:
+    """The trial's value and, if it is not usable, why."""
+    if returned is None and trial._stopped and trial.intermediate:
+        return trial.intermediate[max(trial.intermediate)], None
+    try:
+        value = float(returned)
+    except (TypeError, ValueError):
+        return None, f"the objective returned {returned!r}; it must return a number"
+    if not math.isfinite(value):
+        return None, f"the objective returned {value!r}; it must return a finite number"
+    return value, None
+
+
+def run_objectives(
+    objective: Callable[[dict[str, Any], Trial], Any],
+    payloads: Sequence[ObjectiveSpec],
+    start_by: float | None,
+    stop_by: float | None,
+) -> list[ObjectiveOutcome]:
+    """The task function of an objective's trials (see ``UnitKind.function``)."""
+    out = []
+    for spec in payloads:
+        if start_by is not None and time.time() > start_by:
+            break  # the time budget ran out before this trial started
+        trial = Trial(spec.number, dict(spec.params), spec.seed, spec.stop_event)
+        started = time.time()
+        value: float | None = None
+        error: str | None = None
+        try:
+            value, error = _value(objective(dict(spec.params), trial), trial)
+        except Exception:
+            error = traceback.format_exc()
+        state = FAILED if error is not None else (PRUNED if trial._stopped else COMPLETE)
+        out.append(
+            ObjectiveOutcome(
+                spec.number,
+                spec.params,
+                spec.seed,
+                state,
+                value,
+                dict(trial.intermediate),
+                started,
+                time.time(),
+                _worker_name(),
+                error,
+            )
+        )
+    return out
+
+
+class ObjectiveKind(UnitKind[ObjectiveSpec, ObjectiveOutcome]):
+    """A trial of a user objective: one per task, so a pruner decides on fresh values."""
+
+    name = "objective"
+
+    def __init__(self, objective: Callable[..., Any], policy: UnitPolicy) -> None:
+        super().__init__(policy)
+        self.objective = objective
+
+    def function(self) -> Callable[..., Sequence[ObjectiveOutcome]]:
+        return run_objectives
+
+    def shared(self) -> tuple[Any, ...]:
+        return (self.objective,)
+
+    def result_id(self, result: ObjectiveOutcome) -> int:
+        return result.number
+
+    def duration(self, result: ObjectiveOutcome) -> float | None:
+        return result.duration if result.state == COMPLETE else None
+
+    def failed(self, unit: Unit[ObjectiveSpec], state: str, error: str) -> ObjectiveOutcome:
+        spec, now = unit.payload, time.time()
+        return ObjectiveOutcome(
+            spec.number, spec.params, spec.seed, state, None, {}, now, now, "", error
+        )
+
+
+# -- pruners (pure) ----------------------------------------------------------------------
+
+#: Every trial's intermediate scores, ``{trial: {step: score}}``, greater is better.
+Curves = Mapping[int, Mapping[int, float]]
+
+
+class Pruner:
+    """Decides, from every trial's curve, whether ``trial`` should stop now."""
+
+    name = "pruner"
+
+    def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
+        """Why ``trial`` (which just reported) should stop, or None to let it go on."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MedianPruner(Pruner):
+    """:class:`~dmlsearch.schedulers.MedianStopping`'s rule on reported steps."""
+
+    warmup_steps: int = 0
+    min_trials: int = 5
+    name = "median"
+
+    def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
+        results = {t: [(s, s, v) for s, v in sorted(c.items())] for t, c in curves.items()}
+        rule = MedianStopping(1, warmup_steps=self.warmup_steps, min_trials=self.min_trials)
+        history = History.of(results, running=[t for t in running if t in curves] + [trial])
+        return next((s.reason for s in rule.stops(history) if s.trial == trial), None)
+
+
+@dataclass(frozen=True)
+class AshaPruner(Pruner):
+    """Asynchronous successive halving as a pruner (as Optuna's ``SuccessiveHalvingPruner``).
+
+    Rung ``k`` is at step ``min_resource * reduction_factor**k``. A trial is judged once per
+    rung, with its first score at a step >= the rung's; it goes on if that score is in the
+    top ``len(scores) // reduction_factor`` (at least the best) of the scores judged at
+    that rung so far, its own included.
+    """
+
+    min_resource: int = 1
+    reduction_factor: int = 3
+    name = "asha"
+
+    def _rung_step(self, step: int) -> int:
+        """The step of the highest rung at or below ``step`` (0: below the first)."""
+        rung = 0
+        r = self.min_resource
+        while r <= step:
+            rung, r = r, r * self.reduction_factor
+        return rung
+
+    @staticmethod
+    def _at(curve: Mapping[int, float], rung_step: int) -> float | None:
+        steps = [s for s in curve if s >= rung_step]
+        return curve[min(steps)] if steps else None
+
+    def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
+        curve = curves[trial]
+        step = max(curve)
+        rung_step = self._rung_step(step)
+        if rung_step == 0 or min(s for s in curve if s >= rung_step) != step:
+            return None  # below the first rung, or already judged at this rung
+        score = curve[step]
+        if math.isnan(score):
+            return f"score nan at step {step}"
+        scores = [v for c in curves.values() if (v := self._at(c, rung_step)) is not None]
+        ranked = sorted((s for s in scores if not math.isnan(s)), reverse=True)
+        keep = max(len(ranked) // self.reduction_factor, 1)
+        if score < ranked[keep - 1]:
+            return (
+                f"score {score:.6g} at step {step} is not in the top {keep} of "
+                f"{len(scores)} at rung step {rung_step}"
+            )
+        return None
