@@ -34,6 +34,7 @@ _LAZY = {
     "STRATEGIES": ".strategies",
     "TrialOutcome": "._evaluate",
     "Registry": ".registry.registry",
+    "optimize": "._optimize",
 }
 
 __all__ = [
@@ -53,10 +54,12 @@ __all__ = [
     "TrialTimeoutError",
     "__version__",
     "as_space",
+    "optimize",
 ]
 
 if TYPE_CHECKING:
     from ._evaluate import TrialOutcome
+    from ._optimize import optimize
     from .registry.registry import Registry
     from .search import SearchCV
     from .space import Categorical, Float, Int, SearchSpace, as_space
