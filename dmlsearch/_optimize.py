@@ -383,7 +383,11 @@ def optimize(
                 "n_trials": n_trials, "seed": seed,
             }  # fmt: skip
             recorder.open(
-                resume=False, config=config, fingerprint="", cluster=cluster_shape(dask_client)
+                resume=False,
+                config=config,
+                # No data to fingerprint: the objective names what was tuned.
+                fingerprint=f"objective {getattr(objective, '__qualname__', repr(objective))}",
+                cluster=cluster_shape(dask_client),
             )
         watcher = reporter(
             dask_client, name, {"objective": repr(objective), "total": n_trials}, dashboard
