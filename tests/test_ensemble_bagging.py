@@ -331,3 +331,40 @@ def test_fitted_bagging_round_trips_through_the_registry(client, data, tmp_path)
     assert loaded.get_params()["client"] is None  # a live Client is never saved
     np.testing.assert_array_equal(loaded.predict_proba(X), bag.predict_proba(X))
     assert [len(r) for r in loaded.estimators_samples_] == [len(X)] * 3
+
+
+def test_large_inputs_are_predicted_on_the_workers_with_the_same_numbers(client, data):
+    import pickle
+
+    import dask
+
+    from dmlsearch.ensemble._predict import ROWS_KEY
+
+    X, y = data
+    Xr, yr = load_diabetes(return_X_y=True)
+    fitted = [
+        BaggingClassifier(
+            DecisionTreeClassifier(),
+            n_estimators=8,
+            max_features=0.7,
+            random_state=0,
+            client=client,
+        ).fit(X, y),
+        BaggingRegressor(LinearRegression(), n_estimators=5, random_state=0, client=client).fit(
+            Xr, yr
+        ),
+    ]
+    for model, rows in zip(fitted, (X, Xr), strict=True):
+        method = "predict_proba" if hasattr(model, "predict_proba") else "predict"
+        on_driver = getattr(model, method)(rows)
+        assert getattr(model, "_members_future", None) is None
+        with dask.config.set({ROWS_KEY: 10}):
+            on_workers = getattr(model, method)(rows)
+            again = getattr(model, method)(rows)  # the members scattered once, reused
+        assert model._members_future[0] is client
+        # Trees: the same numbers; a linear model's BLAS may round a block of rows apart.
+        np.testing.assert_allclose(on_workers, on_driver, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(again, on_workers)
+        if method == "predict_proba":
+            np.testing.assert_array_equal(on_workers, on_driver)
+        assert "_members_future" not in pickle.loads(pickle.dumps(model)).__dict__

@@ -406,3 +406,19 @@ class StackKind(_MemberKind):
 
     name = "stacking-fit"
     task = staticmethod(fit_stack_units)
+
+
+def member_sum(
+    members: list[tuple[Any, np.ndarray | None]], X: Any, n_classes: int | None
+) -> np.ndarray:
+    """The sum over ``members`` ((estimator, feature indices or None)) of their class votes
+    (``n_classes``) or predictions (None), on rows ``X``; summed in member order, so the
+    driver and the workers give the same numbers."""
+    total: Any = 0.0
+    for estimator, features in members:
+        Xm = X if features is None else X[:, features]
+        if n_classes is None:
+            total = total + estimator.predict(Xm)
+        else:
+            total = total + class_votes(estimator, Xm, n_classes)
+    return np.asarray(total)

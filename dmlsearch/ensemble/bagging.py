@@ -4,7 +4,8 @@
 and its worker draws the member's rows and features from that seed
 (:func:`~dmlsearch.ensemble._members.draw_member`), so the same ``random_state`` gives the
 same ensemble on any cluster and with any batching. Fitted members come back to the
-driver (they are the model); ``predict`` and ``predict_proba`` average them there.
+driver (they are the model); ``predict`` and ``predict_proba`` average them there, or on
+the workers for large inputs (:mod:`dmlsearch.ensemble._predict`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
 from ._common import ClientParam, check_bool, check_estimator, entropy_of, sample_weight_of
-from ._members import BagKind, BagSpec, MemberData, class_votes, draw_member, member_seed
+from ._members import BagKind, BagSpec, MemberData, draw_member, member_seed
+from ._predict import summed_predictions
 from ._run import member_policy, run_members
 
 __all__ = ["BaggingClassifier", "BaggingRegressor"]
@@ -224,12 +226,18 @@ class _BaseBagging(ClientParam, BaseEstimator):
     def _set_oob_score(self, y: np.ndarray, predictions: list[Any]) -> None:
         raise NotImplementedError
 
-    def _member_columns(self, X: Any, features: Any) -> Any:
-        if len(features) == self.n_features_in_ and np.array_equal(
-            features, np.arange(len(features))
-        ):
-            return X
-        return X[:, features]
+    def _members(self) -> list[tuple[Any, np.ndarray | None]]:
+        """(member, its feature columns, or None for all of them in order)."""
+        every = np.arange(self.n_features_in_)
+        return [
+            (estimator, None if np.array_equal(np.asarray(features), every) else features)
+            for estimator, features in zip(self.estimators_, self.estimators_features_, strict=True)
+        ]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_members_future", None)  # a future of a live client: never pickled
+        return state
 
     def _check_X(self, X: Any) -> Any:
         check_is_fitted(self)
@@ -284,10 +292,8 @@ class BaggingClassifier(ClassifierMixin, _BaseBagging):
     def predict_proba(self, X: Any) -> np.ndarray:
         """The members' mean class probabilities (columns in ``classes_`` order)."""
         X = self._check_X(X)
-        proba = np.zeros((X.shape[0], self.n_classes_))
-        for estimator, features in zip(self.estimators_, self.estimators_features_, strict=True):
-            proba += class_votes(estimator, self._member_columns(X, features), self.n_classes_)
-        return proba / len(self.estimators_)
+        votes = summed_predictions(self, self._members(), X, self.n_classes_)
+        return votes / len(self.estimators_)
 
     def predict(self, X: Any) -> np.ndarray:
         """The class with the highest mean probability."""
@@ -330,7 +336,4 @@ class BaggingRegressor(RegressorMixin, _BaseBagging):
     def predict(self, X: Any) -> np.ndarray:
         """The members' mean prediction."""
         X = self._check_X(X)
-        total: Any = 0.0
-        for estimator, features in zip(self.estimators_, self.estimators_features_, strict=True):
-            total = total + estimator.predict(self._member_columns(X, features))
-        return np.asarray(total) / len(self.estimators_)
+        return summed_predictions(self, self._members(), X, None) / len(self.estimators_)
