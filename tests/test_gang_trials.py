@@ -71,10 +71,7 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
     ]
     for kwargs, text in cases:
         estimator = kwargs.pop("estimator")
-        if isinstance(estimator, LogisticRegression):
-            space_ = {"C": [1.0]}
-        else:
-            space_ = space
+        space_ = {"C": [1.0]} if isinstance(estimator, LogisticRegression) else space
         search = SearchCV(estimator, space_, cv=2, client=client, progress=False, **kwargs)
         with pytest.raises(InvalidParameterError, match=text):
             search.fit(X, y)
