@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .registry import Registry
     from .registry._base import ExperimentRecord
 
-__all__ = ["FIGURES", "MAX_LINES", "report_figures", "write_report"]
+__all__ = ["FIGURES", "MAX_LINES", "OPTIONAL_FIGURES", "report_figures", "write_report"]
 
 #: The report's plots, in order: name -> section title.
 FIGURES = {
@@ -45,6 +45,9 @@ FIGURES = {
     "importance": "Parameter importance",
     "timeline": "Trial durations per worker",
 }
+#: Plots shown only when the experiment has what they draw, after the history plot:
+#: learning curves need trials with intermediate values (multi-fidelity searches, optimize).
+OPTIONAL_FIGURES = {"curves": "Learning curves"}
 #: Parallel coordinates draw at most this many trials: the best ``_KEEP_BEST`` and a random
 #: sample of the others. Axis ranges still come from every completed trial.
 MAX_LINES = 1000
@@ -545,6 +548,54 @@ def _plot_timeline(trials: Sequence[TrialRecord]) -> tuple[Figure, str]:
     return fig, caption
 
 
+def _curve(trial: TrialRecord) -> tuple[np.ndarray, np.ndarray]:
+    """A trial's intermediate values as (resource, score), by resource; odd keys left out."""
+    points = []
+    for key, value in (trial.intermediate or {}).items():
+        try:
+            resource = float(key)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(resource) and _finite(value):
+            points.append((resource, float(value)))
+    points.sort()
+    return np.array([p[0] for p in points]), np.array([p[1] for p in points])
+
+
+def _plot_curves(trials: Sequence[TrialRecord]) -> tuple[Figure, str] | None:
+    """Score against resource, one line per trial; None when no trial has a curve."""
+    curves = {t.number: (t, *_curve(t)) for t in trials}
+    curves = {n: c for n, c in curves.items() if len(c[1])}
+    if not curves:
+        return None
+    last = np.array([c[2][-1] for c in curves.values()])
+    numbers = np.array(list(curves))
+    chosen, sampled = _sample(last)
+    fig = _figure()
+    ax = fig.add_subplot()
+    top = max(float(c[1][-1]) for c in curves.values())
+    labelled: set[str] = set()
+    for number in numbers[chosen]:
+        trial, resource, score = curves[int(number)]
+        label = None if trial.state in labelled else _label(trial.state)
+        labelled.add(trial.state)
+        ax.plot(resource, score, color=_colour(trial.state), alpha=0.6, linewidth=1.0, label=label)
+        ax.plot(resource[-1:], score[-1:], marker="o", markersize=3, color=_colour(trial.state))
+    resources = np.concatenate([c[1] for c in curves.values()])
+    if resources.min() > 0 and resources.max() / resources.min() > 100:
+        ax.set_xscale("log")
+    ax.set_xlabel("resource (budget: epochs, rounds, steps, rows)")
+    ax.set_ylabel("intermediate score")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    reached = sum(float(c[1][-1]) == top for c in curves.values())
+    caption = (
+        f"{len(curves):,} trials with intermediate values; {reached:,} reached the highest "
+        f"resource, {top:.6g}. A dot marks where each trial stopped."
+    )
+    return fig, f"{caption} {sampled}".strip().replace("completed trials", "trials")
+
+
 def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
     """Each plot's PNG and caption, in the order of :data:`FIGURES`."""
     parallel, parallel_caption = _plot_parallel(data.trials, data.params)
@@ -552,8 +603,11 @@ def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
     if isinstance(importances, str):  # the panel's text, also readable without the image
         importance_caption = f"{importances[0].upper()}{importances[1:]}. {importance_caption}"
     timeline, timeline_caption = _plot_timeline(data.trials)
-    figures = {
-        "history": (_plot_history(data.trials), ""),
+    figures = {"history": (_plot_history(data.trials), "")}
+    curves = _plot_curves(data.trials)
+    if curves is not None:
+        figures["curves"] = curves
+    figures |= {
         "parallel": (parallel, parallel_caption),
         "importance": (_plot_importance(importances), importance_caption),
         "timeline": (timeline, timeline_caption),
@@ -562,7 +616,8 @@ def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
 
 
 def report_figures(registry: Registry, experiment: str | int) -> dict[str, bytes]:
-    """The report's plots as PNG bytes: ``history``, ``parallel``, ``importance``, ``timeline``.
+    """The report's plots as PNG bytes: ``history``, ``parallel``, ``importance``, ``timeline``,
+    and ``curves`` (learning curves) after ``history`` when trials have intermediate values.
 
     Raises the registry's ``NotFoundError`` for an unknown experiment.
     """
@@ -713,7 +768,7 @@ def _html(
         f"<h2>Leaderboard</h2>{_leaderboard(board)}",
     ]
     for name, (png, caption) in figures.items():
-        title = FIGURES[name]
+        title = {**FIGURES, **OPTIONAL_FIGURES}[name]
         data_uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{e(title)}</h2><figure><img alt='{e(title)}' src='{data_uri}'>")
         if caption:

@@ -18,7 +18,14 @@ from sklearn.linear_model import LogisticRegression
 
 from dmlsearch import Float, Registry, SearchCV
 from dmlsearch.registry import NotFoundError, TrialRecord
-from dmlsearch.report import FIGURES, MAX_LINES, _axis, report_figures, write_report
+from dmlsearch.report import (
+    FIGURES,
+    MAX_LINES,
+    OPTIONAL_FIGURES,
+    _axis,
+    report_figures,
+    write_report,
+)
 from dmlsearch.testing.registry_contract import make_trial
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -364,3 +371,71 @@ def test_unknown_experiment_is_an_error(registry, tmp_path):
     with pytest.raises(NotFoundError):
         report_figures(registry, 12345)
     assert not (tmp_path / "r.html").exists()
+
+
+# ---------------------------------------------------------------- learning curves
+
+
+def _curves(e: int) -> list[TrialRecord]:
+    """A multi-fidelity experiment: 9 trials at 1, 3 promoted to 3, 1 to 9, one pruned."""
+    out = []
+    for i in range(9):
+        reached = 9 if i == 0 else 3 if i < 3 else 1
+        curve = {str(r): 0.5 + 0.05 * i - 0.1 / r for r in (1, 3, 9) if r <= reached}
+        state = "pruned" if i == 8 else "complete"
+        value = None if state == "pruned" else curve[str(reached)]
+        out.append(make_trial(e, i, intermediate=curve, value=value, state=state))
+    out.append(make_trial(e, 9, intermediate={"odd key": 1.0, "2": math.nan}))  # nothing drawable
+    return out
+
+
+def _png_ok(png: bytes) -> bool:
+    """A PNG that decodes (matplotlib's reader) to a non-empty, not uniform image."""
+    import io
+
+    import matplotlib.image
+
+    image = matplotlib.image.imread(io.BytesIO(png), format="png")
+    return png.startswith(PNG) and image.size > 0 and float(np.ptp(image)) > 0
+
+
+def test_learning_curves_are_shown_only_when_trials_have_intermediate_values(registry, tmp_path):
+    name = _experiment(registry, _curves, name="curves")
+    figures = report_figures(registry, name)
+    assert list(figures) == ["history", "curves", "parallel", "importance", "timeline"]
+    assert all(_png_ok(png) for png in figures.values())
+    text = write_report(registry, name, tmp_path / "curves.html").read_text(encoding="utf-8")
+    page = _Page()
+    page.feed(text)
+    assert page.headings == [*HEADINGS[:5], OPTIONAL_FIGURES["curves"], *HEADINGS[5:]]
+    assert len(page.images) == len(FIGURES) + 1
+    caption = page.captions["Learning curves"]
+    assert caption.startswith(
+        "9 trials with intermediate values; 1 reached the highest resource, 9"
+    )
+    # Without intermediate values: no such plot, and the page is as before.
+    plain = _experiment(registry, CASES["one trial"], name="plain")
+    assert "curves" not in report_figures(registry, plain)
+    _check(write_report(registry, plain, tmp_path / "plain.html"))
+
+
+@pytest.mark.cluster
+def test_report_of_an_optimize_run_draws_its_curves(client, tmp_path, registry):
+    from dmlsearch import Categorical, optimize
+
+    def objective(params: dict[str, Any], trial: Any) -> float:
+        for step in range(1, 6):
+            trial.report(params["x"] * step, step)
+        return params["x"] * 5
+
+    optimize(
+        objective,
+        {"x": Categorical([0.1, 0.2, 0.3])},
+        n_trials=3,
+        strategy="grid",
+        client=client,
+        registry=registry,
+        experiment_name="opt",
+    )
+    figures = report_figures(registry, "opt")
+    assert "curves" in figures and _png_ok(figures["curves"])
