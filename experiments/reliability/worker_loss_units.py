@@ -28,6 +28,8 @@ What is measured
 Rerun
     python experiments/reliability/worker_loss_units.py                      # both, 2 + 2 runs each
     python experiments/reliability/worker_loss_units.py --workload bagging --repeats 1
+    # the same with Dask's Active Memory Manager off:
+    # DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START=False python ... --workload asha
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
 
+import dask
 import numpy as np
 from _common import median, print_footer, print_header, print_table, quiet_warnings
 from distributed import Client
@@ -271,7 +274,9 @@ def main() -> None:
         f"bagging: {args.members} members sleeping {args.member_seconds} s each; asha: "
         f"{args.trials} trials of SGDClassifier on {args.rows} x 40 rows, cv=3, 1..27 epochs, "
         f"factor 3, SQLite registry; a random live worker SIGKILLed every {args.kill_every} s "
-        "in faulty runs; faulty and clean runs alternate; nanny: dmlsearch WarmNanny"
+        "in faulty runs; faulty and clean runs alternate; nanny: dmlsearch WarmNanny; "
+        "Active Memory Manager on: "
+        f"{dask.config.get('distributed.scheduler.active-memory-manager.start')}"
     )
     workloads = ["bagging", "asha"] if args.workload == "both" else [args.workload]
     for workload in workloads:
