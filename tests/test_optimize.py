@@ -184,6 +184,11 @@ def test_report_and_should_stop_round_trip(client: Any, tmp_path: Any) -> None:
     )
     by_number = {t.number: t for t in result.trials}
     victim = by_number[1]
+    # The stop signal (a distributed.Event per stopped trial) is cleared at the end.
+    events = client.run_on_scheduler(
+        lambda dask_scheduler: list(dask_scheduler.extensions["events"]._events)
+    )
+    assert not [e for e in events if str(e).startswith("dmlsearch-stop")]
     assert victim.state == PRUNED
     # The driver heard step 3, told the worker, and the worker stopped soon after.
     assert 3 <= victim.value < 60  # type: ignore[operator]
