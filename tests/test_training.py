@@ -132,6 +132,22 @@ def test_average_every_step_equals_allreduce_and_every_k_is_local_sgd(
     assert [h["sync_rounds"] for h in every_3.history_] == [4, 4]
 
 
+@pytest.mark.parametrize("staleness", [0, 2, None])
+def test_ssp_keeps_ranks_within_the_staleness_bound(
+    client: Client, data: tuple[np.ndarray, np.ndarray], staleness: int | None
+) -> None:
+    fitted = trainer(client, sync="ssp", staleness=staleness, epochs=3).fit(*data)
+    losses = [h["loss"] for h in fitted.history_]
+    assert losses[-1] < losses[0]
+    if staleness is not None:
+        # A rank starts step c only while c - (slowest clock) <= staleness.
+        assert max(h["max_lag"] for h in fitted.history_) <= staleness + 1
+    assert fitted.checkpoint_ is not None and fitted.checkpoint_.epoch == 3
+    final = fitted.checkpoint_.load()["model"]
+    for name, value in fitted.model_.state_dict().items():
+        assert torch.equal(final[name], value)
+
+
 def test_dask_arrays_give_the_numpy_result(
     client: Client, data: tuple[np.ndarray, np.ndarray]
 ) -> None:
@@ -161,7 +177,6 @@ def test_shuffle_is_reproducible_with_random_state(
         ({"batch_size": 102}, InvalidParameterError, "n_workers x batch_size = 204"),
         ({"model_fn": not_a_module}, InvalidParameterError, "must return a torch.nn.Module"),
         ({"sync": "allreduc"}, InvalidParameterError, "did you mean 'allreduce'"),
-        ({"sync": "ssp"}, NotSupportedError, "not built yet; use sync='allreduce'"),
         (
             {"sync": "ssp", "staleness": -1},
             InvalidParameterError,

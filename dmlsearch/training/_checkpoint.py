@@ -110,12 +110,17 @@ class CheckpointInbox:
         digest = hashlib.sha256(data).hexdigest()
         if digest != value["sha256"]:
             raise TrainingError(f"the checkpoint of epoch {epoch} was altered on its way")
-        history = tuple(self.history) + tuple(dict(h) for h in value["history"])
+        self.store(epoch, data, value["history"])
+
+    def store(self, epoch: int, data: bytes, history: list[dict[str, Any]]) -> None:
+        """Keep ``data`` as the checkpoint of ``epoch`` (``history``: this job's epochs)."""
+        digest = hashlib.sha256(data).hexdigest()
+        figures = tuple(self.history) + tuple(dict(h) for h in history)
         if self.registry is not None:
             uri, digest = self.registry.artifacts.put(data)
-            checkpoint = Checkpoint(epoch, digest, uri, history=history)
+            checkpoint = Checkpoint(epoch, digest, uri, history=figures)
         else:
-            checkpoint = Checkpoint(epoch, digest, None, data, history=history)
+            checkpoint = Checkpoint(epoch, digest, None, data, history=figures)
         self.epoch = epoch
         self.keep(checkpoint)
         logger.info("dmlsearch: checkpoint of epoch %d (%s)", epoch, digest[:12])

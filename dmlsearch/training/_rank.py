@@ -15,7 +15,7 @@ import torch.distributed as dist
 from ._checkpoint import state_bytes, state_from_bytes
 from ._sync import make_sync
 
-__all__ = ["JobSpec", "free_port", "rank_batches", "train_rank"]
+__all__ = ["JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,10 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return t
 
 
-def _publish(
-    job: JobSpec,
-    epoch: int,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    history: list[dict[str, Any]],
-) -> None:
-    """Rank 0: hand the checkpoint to the driver through a Dask Variable (one slot)."""
+def publish(job: JobSpec, epoch: int, data: bytes, history: list[dict[str, Any]]) -> None:
+    """Rank 0: hand a checkpoint to the driver through a Dask Variable (one slot)."""
     from distributed import Variable, get_client
 
-    data = state_bytes(epoch, model, opt)
     value = {
         "epoch": epoch,
         "data": data,
@@ -135,7 +128,7 @@ def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
         history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
-            _publish(job, epoch + 1, model, opt, history)
+            publish(job, epoch + 1, state_bytes(epoch + 1, model, opt), history)
     final = state_bytes(job.epochs, model, opt) if rank == 0 else None
     return {"rank": rank, "history": history, "state": final}
 

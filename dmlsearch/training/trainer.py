@@ -28,7 +28,6 @@ from ..exceptions import (
     GangError,
     GangWorkerLostError,
     InvalidParameterError,
-    NotSupportedError,
     TrainingError,
 )
 from ..runner.cluster import resolve_client
@@ -36,12 +35,13 @@ from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
 from ._data import check_data, head, place_shards
 from ._rank import JobSpec, free_port, train_rank
+from ._ssp import ParameterServer, server_state, train_ssp_rank
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
 
 logger = logging.getLogger("dmlsearch")
 
-#: The synchronisation models ``sync`` accepts (``"ssp"`` is not built yet).
+#: The synchronisation models ``sync`` accepts.
 SYNCS = ("allreduce", "average", "ssp")
 #: How many times an ``elastic`` fit resumes after losing a worker before it gives up.
 MAX_RESUMES = 3
@@ -70,12 +70,6 @@ def _check_sync(sync: Any, staleness: Any) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
     _check_int("staleness", staleness, 0, none=True)
-    if sync == "ssp":
-        raise NotSupportedError(
-            "sync='ssp' (bounded staleness on a parameter server) is not built yet; "
-            "use sync='allreduce' (gradients averaged every step) or sync='average' "
-            "(local SGD, parameters averaged every average_every steps)"
-        )
 
 
 class DataParallelTrainer(BaseEstimator):
@@ -86,7 +80,9 @@ class DataParallelTrainer(BaseEstimator):
     epoch is ``(n // n_workers) // batch_size`` steps on every rank (the rest of a shard's
     rows sits that epoch out). ``sync``: ``"allreduce"`` (gradients averaged every step,
     DistributedDataParallel) or ``"average"`` (local SGD, parameters averaged every
-    ``average_every`` steps and at each epoch's end); ``"ssp"`` is not built.
+    ``average_every`` steps and at each epoch's end) or ``"ssp"`` (a parameter server
+    on a Dask actor; no rank more than ``staleness`` steps ahead of the slowest, ``None``:
+    fully asynchronous).
     ``timeout``: seconds a collective (and the ranks' rendezvous) may wait.
 
     Fitted: ``model_`` (the trained module, on the driver), ``history_`` (per epoch:
@@ -281,6 +277,8 @@ class DataParallelTrainer(BaseEstimator):
             for r, wk in enumerate(gang.workers)
         ]
         try:
+            if self.sync == "ssp":
+                return self._run_ssp(client, gang, job, args, checkpoints)
             results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=checkpoints.poll)
             checkpoints.poll()
             return results
@@ -301,3 +299,31 @@ class DataParallelTrainer(BaseEstimator):
             ) from exc
         finally:
             checkpoints.delete()
+
+    def _run_ssp(
+        self,
+        client: Client,
+        gang: Gang,
+        job: JobSpec,
+        args: list[tuple[Any, ...]],
+        checkpoints: CheckpointInbox,
+    ) -> list[dict[str, Any]]:
+        """Ranks push to and pull from a parameter server (a Dask actor on rank 0's worker)."""
+        first = gang.workers[0]
+        server = client.submit(
+            ParameterServer, job, actor=True, workers=[first], allow_other_workers=False
+        )
+        ps: Any = server.result()  # an Actor: its methods return futures
+        ranks = [(*a, ps, self.staleness) for a in args]
+        # No collectives, so a fast rank may end long before a slow one: no finish_grace.
+        results: list[dict[str, Any]] = gang.run(
+            train_ssp_rank, ranks, on_tick=checkpoints.poll, finish_grace=None
+        )
+        checkpoints.poll()
+        final = client.submit(server_state, ps, job.epochs, workers=[first], pure=False)
+        results[0]["state"] = state = final.result()
+        every = job.checkpoint_every
+        if every and job.epochs % every == 0:
+            # Rank 0 published its last epoch before the slower ranks' last steps.
+            checkpoints.store(job.epochs, state, results[0]["history"])
+        return results

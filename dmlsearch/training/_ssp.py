@@ -1,0 +1,137 @@
+"""Bounded staleness (``sync="ssp"``): a parameter server on a Dask actor (runs on workers).
+
+Each rank pulls the weights, computes the gradient of its batch and pushes it; the server
+applies it at once with the job's optimizer and counts a clock per rank. A rank whose clock
+is more than ``staleness`` steps ahead of the slowest waits before its next step
+(``staleness=None``: never, fully asynchronous). There are no collectives: a slow rank
+slows the others only through the staleness bound. Only parameters are served; buffers
+(BatchNorm statistics) stay each rank's own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._checkpoint import state_bytes, state_from_bytes
+from ._rank import JobSpec, _tensor, publish, rank_batches
+
+__all__ = ["ParameterServer", "server_state", "train_ssp_rank"]
+
+
+class ParameterServer:
+    """The model's parameters, one optimizer and a clock per rank (a Dask actor)."""
+
+    def __init__(self, job: JobSpec) -> None:
+        torch.set_num_threads(1)
+        state = state_from_bytes(job.initial)
+        self.model = job.model_fn()
+        self.model.load_state_dict(state["model"])
+        self.params = list(self.model.parameters())
+        self.opt = job.optimizer_fn(self.params)
+        if state.get("optimizer") is not None:
+            self.opt.load_state_dict(state["optimizer"])
+        self.clocks = [0] * job.world_size
+        self.max_lag = 0
+
+    def pull(self) -> tuple[list[np.ndarray], int]:
+        """The weights, and the slowest rank's clock."""
+        return [p.detach().numpy().copy() for p in self.params], min(self.clocks)
+
+    def min_clock(self) -> int:
+        return min(self.clocks)
+
+    def push(self, rank: int, grads: list[np.ndarray]) -> int:
+        """Apply rank ``rank``'s gradients; returns the slowest rank's clock."""
+        for p, g in zip(self.params, grads, strict=True):
+            p.grad = torch.from_numpy(g)
+        self.opt.step()
+        self.clocks[rank] += 1
+        self.max_lag = max(self.max_lag, max(self.clocks) - min(self.clocks))
+        return min(self.clocks)
+
+    def lag(self) -> int:
+        """The largest clock difference seen after any push."""
+        return self.max_lag
+
+    def checkpoint(self, epoch: int) -> bytes:
+        return state_bytes(epoch, self.model, self.opt)
+
+
+def server_state(ps: Any, epoch: int) -> bytes:
+    """A task: the server's state (called from a worker, where an actor handle works
+    without a default client on the driver)."""
+    data: bytes = ps.checkpoint(epoch).result()
+    return data
+
+
+def _step(ps: Any, clock: int, staleness: int | None, params: list[Any], timeout: float) -> float:
+    """Wait while ``clock`` is too far ahead, then load the server's weights; seconds spent.
+
+    Waiting longer than ``timeout`` raises (as a collective would): a rank whose peer was
+    lost must not wait for it forever.
+    """
+    started = time.perf_counter()
+    low = ps.min_clock().result() if staleness is not None else clock
+    while staleness is not None and clock - low > staleness:
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError(
+                f"waited {timeout} s for the slowest rank (at step {low}, this one at "
+                f"{clock}, staleness={staleness})"
+            )
+        time.sleep(0.002)
+        low = ps.min_clock().result()
+    weights, _ = ps.pull().result()
+    with torch.no_grad():
+        for p, w in zip(params, weights, strict=True):
+            p.copy_(torch.from_numpy(w))
+    return time.perf_counter() - started
+
+
+def train_ssp_rank(
+    job: JobSpec, rank: int, nthreads: int, X: Any, y: Any, ps: Any, staleness: int | None
+) -> dict[str, Any]:
+    """One rank of an SSP job; returns its own figures per epoch."""
+    torch.set_num_threads(max(1, nthreads))
+    torch.manual_seed(job.seed + rank)
+    model = job.model_fn()
+    model.load_state_dict(state_from_bytes(job.initial)["model"])
+    model.train()
+    params = list(model.parameters())
+    Xt, yt = _tensor(X), _tensor(y)
+    history: list[dict[str, Any]] = []
+    clock = 0
+    for epoch in range(job.start_epoch, job.epochs):
+        order = None
+        if job.shuffle:
+            order = np.random.default_rng([job.seed, rank, epoch]).permutation(len(X))
+        started, waited, total = time.perf_counter(), 0.0, 0.0
+        for rows in rank_batches(len(X), job.steps, job.batch_size, order):
+            waited += _step(ps, clock, staleness, params, job.timeout)
+            model.zero_grad()
+            loss = job.loss_fn(model(Xt[rows]), yt[rows])
+            loss.backward()
+            pushed = time.perf_counter()
+            ps.push(rank, [p.grad.numpy().copy() for p in params]).result()
+            waited += time.perf_counter() - pushed
+            clock += 1
+            total += float(loss.detach())
+        seconds = time.perf_counter() - started
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "loss": total / job.steps,
+                "seconds": seconds,
+                "samples_per_s": job.steps * job.batch_size * job.world_size / seconds,
+                "sync_s": waited,
+                "sync_rounds": job.steps,
+                "max_lag": int(ps.lag().result()),
+            }
+        )
+        every = job.checkpoint_every
+        if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
+            publish(job, epoch + 1, ps.checkpoint(epoch + 1).result(), history)
+    return {"rank": rank, "history": history, "state": None}
