@@ -96,7 +96,8 @@ def start_local_cluster(
 
     The profiler samples every thread every 10 ms and costs about a third of the
     throughput of tiny trials (docs/benchmarks.md). A task that kills two workers is
-    given up (``allowed-failures: 1``). Worker processes fork from a warm server
+    given up (``allowed-failures: 1``). Data broadcast to every worker stays there (the
+    Active Memory Manager is off). Worker processes fork from a warm server
     (:class:`WarmNanny`), so a lost worker is replaced in a fraction of a second. The
     embedded default, the CLI's local cluster, the tests and the benchmarks all start their
     clusters here. ``cluster_kwargs`` (``memory_limit``, say;
@@ -117,6 +118,10 @@ def start_local_cluster(
         # A task that kills the worker running it is given up after two deaths (Dask's
         # default waits for four); each death risks a nanny that fails to restart.
         "distributed.scheduler.allowed-failures": 1,
+        # The data a run broadcasts to every worker must stay on every worker: the Active
+        # Memory Manager drops such copies within seconds, so a killed worker then takes
+        # the only copy and the run must send it again (docs/reliability.md).
+        "distributed.scheduler.active-memory-manager.start": False,
     }
     with dask.config.set(settings):
         return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
