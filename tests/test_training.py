@@ -12,7 +12,6 @@ from typing import Any
 
 import cloudpickle
 import dask.array as da
-import dask.dataframe as dd
 import numpy as np
 import pytest
 import torch
@@ -157,6 +156,7 @@ def test_dask_arrays_give_the_numpy_result(
     assert_weights(fitted.model_, local_sgd(X, y, epochs=2, every=None))
     with pytest.raises(InvalidParameterError, match="compute_chunk_sizes"):
         trainer(client).fit(Xd[Xd[:, 0] > 0], yd[Xd[:, 0] > 0])
+    dd = pytest.importorskip("dask.dataframe")  # needs pandas and pyarrow
     with pytest.raises(NotSupportedError, match="to_dask_array"):
         trainer(client).fit(dd.from_array(X), y)
 
