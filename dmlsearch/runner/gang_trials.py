@@ -55,11 +55,18 @@ _TWINS = (  # the random-forest variants subclass the boosted ones: look them up
 
 def dask_twin(estimator: Any) -> type | None:
     """xgboost's Dask estimator for an xgboost scikit-learn estimator, else None."""
-    try:
-        import xgboost
-        from xgboost import dask as dxgb
-    except ImportError:
+    if not type(estimator).__module__.startswith("xgboost"):
         return None
+    import xgboost
+
+    try:
+        from xgboost import dask as dxgb
+    except ImportError as exc:
+        raise InvalidParameterError(
+            "workers_per_trial",
+            f"xgboost's Dask engine cannot be imported ({exc}); it needs dask.dataframe: "
+            "pip install 'dmlsearch[xgboost]' (or 'dask[dataframe]')",
+        ) from exc
     for local, twin in _TWINS:
         if isinstance(estimator, getattr(xgboost, local)):
             return getattr(dxgb, twin)
