@@ -222,8 +222,6 @@ def make_pruner(
     scheduler: Any, min_resource: int, reduction_factor: int, warmup_steps: int, min_trials: int
 ) -> Pruner | None:
     """The pruner named by ``scheduler`` (None: no pruning); bad values raise first."""
-    if scheduler is None or isinstance(scheduler, Pruner):
-        return scheduler
     for name, value, low in (
         ("min_resource", min_resource, 1),
         ("reduction_factor", reduction_factor, 2),
@@ -232,6 +230,8 @@ def make_pruner(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameterError(name, f"must be an integer >= {low}, got {value!r}")
+    if scheduler is None or isinstance(scheduler, Pruner):
+        return scheduler
     if scheduler == "median":
         return MedianPruner(warmup_steps=warmup_steps, min_trials=min_trials)
     if scheduler == "asha":
