@@ -430,6 +430,8 @@ def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
 
     X, y = data
     base = cluster.dashboard_link.rsplit("/", 1)[0]
+    # The cluster is shared: earlier tests' ensemble fits have panels of their own.
+    before = set(_wait_for(base, lambda v: True))
     BaggingClassifier(DecisionTreeClassifier(), n_estimators=6, random_state=0, client=client).fit(
         X, y
     )
@@ -438,7 +440,11 @@ def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
     ).fit(X, y)
 
     def ensembles(shown: dict[str, Any]) -> dict[str, Any]:
-        return {n.split()[0]: v for n, v in shown.items() if n.split()[0].endswith(".fit")}
+        return {
+            n.split()[0]: v
+            for n, v in shown.items()
+            if n.split()[0].endswith(".fit") and n not in before
+        }
 
     shown = ensembles(
         _wait_for(
