@@ -104,6 +104,8 @@ def test_bad_weights_and_non_ensembles_are_refused(selected):
     ):
         with pytest.raises(InvalidParameterError, match=text):
             reweight_ensemble(registry, "checked", weights)
+    with pytest.raises(InvalidParameterError, match="name"):
+        register_ensemble(registry, "", selection)  # checked as register_model checks it
     registry.register_model("plain", DecisionTreeClassifier().fit(X, y))
     with pytest.raises(FormatError, match="not an ensemble"):
         reweight_ensemble(registry, "plain", [1.0])

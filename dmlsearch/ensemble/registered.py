@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..exceptions import InvalidParameterError
 from ..registry.formats import FormatError, Serialized
 from ..registry.registry import ENSEMBLE_FORMAT
-from .selection import weighted_mean, weighted_proba
+from .selection import WeightedPredictions
 
 if TYPE_CHECKING:
     from ..registry import ModelVersionRecord, Registry
@@ -34,7 +33,7 @@ __all__ = ["WeightedEnsemble", "load_ensemble", "register_ensemble", "reweight_e
 LAYOUT = 1
 
 
-class WeightedEnsemble(BaseEstimator):
+class WeightedEnsemble(WeightedPredictions, BaseEstimator):
     """Fitted members and their weights: predictions are the weighted mean.
 
     Classifiers average class probabilities (members without ``predict_proba`` vote with
@@ -63,19 +62,6 @@ class WeightedEnsemble(BaseEstimator):
     def _is_classifier(self) -> bool:
         return self.classes is not None
 
-    @available_if(_is_classifier)
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """The members' weighted mean class probabilities."""
-        check_is_fitted(self)
-        assert self.classes_ is not None
-        return weighted_proba(self.estimators_, self.weights_, self.classes_, X)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """The class of highest weighted probability, or the weighted mean prediction."""
-        check_is_fitted(self)
-        if self.classes_ is not None:
-            return self.classes_.take(self.predict_proba(X).argmax(axis=1))
-        return weighted_mean(self.estimators_, self.weights_, X)
 
 
 def check_weights(weights: Any, n_members: int) -> np.ndarray:
@@ -162,9 +148,9 @@ def register_ensemble(
         "weights": [m["weight"] for m in members],
         "trials": trials,
     }
-    return registry._register_serialized(
+    return registry._register(
         name,
-        _dump(members, classes),
+        lambda: _dump(members, classes),
         metrics=dict(metrics or {}),
         experiment=experiment,
         lineage=lineage,
@@ -210,8 +196,8 @@ def reweight_ensemble(
         "trials": [m.get("trial") for m in kept],
         "reweighted_from": record.version,
     }
-    return registry._register_serialized(
-        name, _dump(kept, doc["classes"]), metrics=dict(metrics or {}), lineage=lineage
+    return registry._register(
+        name, lambda: _dump(kept, doc["classes"]), metrics=dict(metrics or {}), lineage=lineage
     )
 
 

@@ -7,7 +7,7 @@ import math
 import os
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -350,17 +350,10 @@ class Registry:
         never a half version. Raises RegistryUnavailableError if the database is out of
         reach (nothing was registered; retrying is safe).
         """
-        _check_model_name("name", name)
-        check_count("trial", trial, "a trial number", optional=True)
-        if experiment is not None:
-            _check_experiment_key("experiment", experiment)
-        for param, value in (("metrics", metrics), ("signature", signature), ("lineage", lineage)):
-            check_mapping(param, value, param)
-        check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
         check_bool("allow_pickle", allow_pickle)
-        return self._register_serialized(
+        return self._register(
             name,
-            dump_model(model, allow_pickle=allow_pickle),
+            lambda: dump_model(model, allow_pickle=allow_pickle),
             metrics=metrics,
             experiment=experiment,
             trial=trial,
@@ -369,10 +362,10 @@ class Registry:
             lineage=lineage,
         )
 
-    def _register_serialized(
+    def _register(
         self,
         name: str,
-        serialized: Serialized,
+        serialize: Callable[[], Serialized],
         *,
         metrics: Mapping[str, Any] | None = None,
         experiment: str | int | None = None,
@@ -381,7 +374,16 @@ class Registry:
         signature: Mapping[str, Any] | None = None,
         lineage: Mapping[str, Any] | None = None,
     ) -> ModelVersionRecord:
-        """Store ``serialized`` as the next version of ``name`` (arguments already checked)."""
+        """Check the arguments, then store ``serialize()`` as the next version of ``name``
+        (models through :func:`dump_model`, ensembles as their own format)."""
+        _check_model_name("name", name)
+        check_count("trial", trial, "a trial number", optional=True)
+        if experiment is not None:
+            _check_experiment_key("experiment", experiment)
+        for param, value in (("metrics", metrics), ("signature", signature), ("lineage", lineage)):
+            check_mapping(param, value, param)
+        check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
+        serialized = serialize()
         links: dict[str, Any] = dict(lineage or {})
         if experiment is not None:
             exp = self.experiment(experiment)
