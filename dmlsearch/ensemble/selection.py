@@ -71,6 +71,32 @@ def weighted_mean(estimators: Any, weights: Any, X: Any) -> np.ndarray:
     return np.asarray(total)
 
 
+class WeightedPredictions:
+    """``predict_proba``/``predict`` of fitted ``estimators_`` weighted by ``weights_``
+    (classifiers: ``classes_`` set, and ``_is_classifier()`` True)."""
+
+    estimators_: list[Any]
+    weights_: np.ndarray
+    classes_: np.ndarray | None
+
+    def _is_classifier(self) -> bool:
+        raise NotImplementedError
+
+    @available_if(lambda self: self._is_classifier())
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """The members' weighted mean class probabilities (votes for members without them)."""
+        check_is_fitted(self)
+        assert self.classes_ is not None
+        return weighted_proba(self.estimators_, self.weights_, self.classes_, X)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The class of highest weighted probability, or the weighted mean prediction."""
+        check_is_fitted(self)
+        if self.classes_ is not None:
+            return self.classes_.take(self.predict_proba(X).argmax(axis=1))
+        return weighted_mean(self.estimators_, self.weights_, X)
+
+
 class _Fixed(BaseEstimator):
     """Stands for an ensemble whose predictions are known, so that any scikit-learn scorer
     can score them."""
@@ -124,7 +150,7 @@ def _unset_random_states(estimator: Any, seed: int) -> None:
         estimator.set_params(**{k: int(rng.integers(MAX_INT)) for k in names})
 
 
-class EnsembleSelection(ClientParam, BaseEstimator):
+class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
     """Caruana's ensemble selection over the trials of a search, refitted on a cluster.
 
     Parameters
@@ -371,20 +397,6 @@ class EnsembleSelection(ClientParam, BaseEstimator):
     # -- prediction ---------------------------------------------------------------------------
     def _is_classifier(self) -> bool:
         return bool(getattr(self, "_classifier", True))
-
-    @available_if(_is_classifier)
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """The members' weighted mean class probabilities (votes for members without them)."""
-        check_is_fitted(self)
-        assert self.classes_ is not None
-        return weighted_proba(self.estimators_, self.weights_, self.classes_, X)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """The class of highest weighted probability, or the weighted mean prediction."""
-        check_is_fitted(self)
-        if self.classes_ is not None:
-            return self.classes_.take(self.predict_proba(X).argmax(axis=1))
-        return weighted_mean(self.estimators_, self.weights_, X)
 
     def score(self, X: Any, y: Any) -> float:
         """The selection's scorer (``scoring``) on ``X``, ``y``."""
