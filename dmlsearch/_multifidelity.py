@@ -13,14 +13,12 @@ import difflib
 import math
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dask
 import numpy as np
 from sklearn.base import clone, is_classifier
-from sklearn.exceptions import FitFailedWarning
 from sklearn.utils import indexable
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
@@ -436,6 +434,8 @@ def fit_multifidelity(
 
 def _finish(search: SearchCV, rows: _Rows, setup: _Setup) -> None:
     """``cv_results_`` and the other fitted attributes, from the steps recorded."""
+    from .search import check_failures
+
     scoring, refit_metric, plan = setup.scoring, setup.refit_metric, setup.plan
     n_splits = len(setup.splits)
     keys = sorted(rows.outcomes, key=lambda k: (k[1], k[0]))  # by resource, then trial
@@ -443,17 +443,7 @@ def _finish(search: SearchCV, rows: _Rows, setup: _Setup) -> None:
     if not steps or all(s.state == STOPPED for s in steps):
         raise AllTrialsFailedError("no rung step finished (time_budget too short?)")
     bad = [s for s in steps if s.state not in (COMPLETE, STOPPED)]
-    if all(not fold for s in steps for fold in s.test_scores):
-        raise AllTrialsFailedError(
-            f"all {len(steps)} rung steps failed. The first error was:\n{(bad or steps)[0].error}"
-        )
-    if bad:
-        warnings.warn(
-            f"{len(bad)} of the {len(steps)} rung steps failed and scored "
-            f"error_score={search.error_score!r}. The first error was:\n{bad[0].error}",
-            FitFailedWarning,
-            stacklevel=4,
-        )
+    check_failures(steps, bad, "rung steps", search.error_score, stacklevel=5)
     error_score = float("nan") if search.error_score == "raise" else float(search.error_score)
     results = build_rung_results(
         steps,

@@ -12,7 +12,7 @@ import numbers
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -712,18 +712,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 if self.time_budget is not None
                 else "no trial ran"
             )
-        if all(not fold for t in trials for fold in t.test_scores):
-            first = (bad or trials)[0]
-            raise AllTrialsFailedError(
-                f"all {len(trials)} trials failed. The first error was:\n{first.error}"
-            )
-        if bad:
-            warnings.warn(
-                f"{len(bad)} of the {len(trials)} trials failed and scored "
-                f"error_score={self.error_score!r}. The first error was:\n{bad[0].error}",
-                FitFailedWarning,
-                stacklevel=3,
-            )
+        check_failures(trials, bad, "trials", self.error_score, stacklevel=4)
         error_score = float("nan") if self.error_score == "raise" else float(self.error_score)
         results = build_cv_results(
             trials,
@@ -879,6 +868,30 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
 #: What a resume must not change, and what the message calls it.
 _RESUME_FIXED = {"estimator_spec": "estimator", "search_space_spec": "search_space"}
+
+
+def check_failures(
+    outcomes: Sequence[TrialOutcome],
+    bad: Sequence[TrialOutcome],
+    what: str,
+    error_score: Any,
+    *,
+    stacklevel: int,
+) -> None:
+    """AllTrialsFailedError when no outcome has a score; a FitFailedWarning naming the
+    first error when some (``bad``) failed. ``what``: "trials" or "rung steps"."""
+    if all(not fold for t in outcomes for fold in t.test_scores):
+        first = (bad or outcomes)[0]
+        raise AllTrialsFailedError(
+            f"all {len(outcomes)} {what} failed. The first error was:\n{first.error}"
+        )
+    if bad:
+        warnings.warn(
+            f"{len(bad)} of the {len(outcomes)} {what} failed and scored "
+            f"error_score={error_score!r}. The first error was:\n{bad[0].error}",
+            FitFailedWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any]) -> None:
