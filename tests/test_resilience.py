@@ -264,6 +264,7 @@ def test_trial_that_kills_its_worker_is_recorded_failed_and_the_search_completes
     # Dask reports the loss as KilledWorker or, when the data went with the worker, as a
     # cancellation; either way the trial ran alone and is named as the culprit.
     error = search.trials_[0].error or ""
-    assert "killed every worker" in error or "probably crashes its worker" in error
-    assert all(states[n] == "complete" for n in range(1, 5))
+    assert "crashes its worker" in error, error
+    harmed = {t.number: (t.state, t.error) for t in search.trials_[1:] if t.state != "complete"}
+    assert not harmed, f"healthy trials harmed: {harmed}; stats {search.runner_stats_}"
     assert np.isnan(search.cv_results_["mean_test_score"][0])

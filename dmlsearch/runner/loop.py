@@ -51,6 +51,9 @@ _LOST = (KilledWorker, CommClosedError, FutureCancelledError, OSError)
 #: Losses of the cluster's copy of the shared data a unit may suffer without being charged.
 _FREE_LOSSES = 3
 
+#: Solo runs a suspect may lose by cancellation (not ``KilledWorker``) before it is judged.
+_SOLO_LOSSES = 2
+
 P = TypeVar("P")
 R = TypeVar("R")
 
@@ -131,6 +134,7 @@ class WorkLoop(Generic[P, R]):
         self._retry: deque[Unit[P]] = deque()
         self._retries: dict[Hashable, int] = {}
         self._free_losses: dict[Hashable, int] = {}
+        self._solo_losses: dict[Hashable, int] = {}
         self._quarantine: deque[Unit[P]] = deque()
         self._probe: Future | None = None
         self._recorded: set[Hashable] = set()
@@ -198,8 +202,16 @@ class WorkLoop(Generic[P, R]):
                 time.sleep(delay)
                 delay = min(delay * 2, 4.0)
 
-    def _ensure_shared(self) -> list[Future]:
-        if self._shared_futures and all(f.status == "finished" for f in self._shared_futures):
+    def _ensure_shared(self, verify: bool = False) -> list[Future]:
+        """The shared objects' futures, scattered again if the cluster lost them.
+
+        ``verify`` asks the scheduler who holds them, for when a crash has just happened:
+        a future's status can still read "finished" for a moment after its data is gone.
+        """
+        whole = bool(self._shared_futures) and all(
+            f.status == "finished" for f in self._shared_futures
+        )
+        if whole and (not verify or self._shared_held()):
             return self._shared_futures
         if self._shared_futures:
             # The data went with a worker (or was never whole): send it again.
@@ -216,8 +228,15 @@ class WorkLoop(Generic[P, R]):
         start_by = time.time() + (self.budget_ends - time.monotonic())
         return start_by, (start_by if self.budget_policy == "stop" else None)
 
-    def _submit(self, units: list[Unit[P]]) -> Future:
-        shared = self._ensure_shared()
+    def _shared_held(self) -> bool:
+        try:
+            holders = self.client.who_has(self._shared_futures)
+        except Exception:  # cannot tell: the status said finished, go by it
+            return True
+        return all(holders.get(f.key) for f in self._shared_futures)
+
+    def _submit(self, units: list[Unit[P]], verify: bool = False) -> Future:
+        shared = self._ensure_shared(verify)
         key = f"dmlsearch-{self.kind.name}-{self.run_id}-{self._task_counter}"
         self._task_counter += 1
         topic = None if self._reports is None else self._reports.topic
@@ -286,7 +305,7 @@ class WorkLoop(Generic[P, R]):
         if self._quarantine and not self._stopping and not self._budget_spent():
             if not self._inflight:
                 # Alone on the cluster, a suspect that crashes a worker again is the culprit.
-                self._probe = self._submit([self._quarantine.popleft()])
+                self._probe = self._submit([self._quarantine.popleft()], verify=True)
                 self.stats.probes += 1
             return
         while len(self._inflight) < self._max_tasks():
@@ -335,8 +354,15 @@ class WorkLoop(Generic[P, R]):
         self, task: _Task[P], reason: str, killed: bool = False, probe: bool = False
     ) -> None:
         if probe:
-            # It ran alone and was lost: it crashed its worker (and Dask's reruns of it).
             unit = task.units[0]
+            solo = self._solo_losses.get(unit.id, 0) + 1
+            self._solo_losses[unit.id] = solo
+            if not killed and solo < _SOLO_LOSSES:
+                # Cancelled, not KilledWorker: the data it needed may have gone with an
+                # earlier crash before the driver heard of it. A crasher loses it again.
+                self._quarantine.appendleft(unit)
+                return
+            # It ran alone and was lost: it crashed its worker (and Dask's reruns of it).
             self._record_failed(
                 unit,
                 FAILED,
@@ -354,7 +380,7 @@ class WorkLoop(Generic[P, R]):
                 unit,
                 FAILED,
                 f"{self.kind.name} {unit.id} killed every worker that ran it ({reason}); "
-                "it probably crashes in native code or runs out of memory",
+                "it probably crashes its worker (native code, or memory past the limit)",
             )
             return
         if unseen and (killed or self._shared_lost()):
