@@ -1,0 +1,332 @@
+"""``TorchClassifier`` / ``TorchRegressor``: scikit-learn estimators for PyTorch modules.
+
+Built on skorch's ``NeuralNetClassifier`` / ``NeuralNetRegressor``, which already keep
+the estimator contract (``get_params``/``set_params``/``clone``, ``partial_fit``,
+``warm_start``, callbacks, per-epoch ``history``). What these classes add, so that a torch
+model can be the estimator of a ``SearchCV`` trial like any other:
+
+* defaults for a search: no internal validation split (``train_split=None``: the search
+  cross-validates), silent (``verbose=0``), shuffled batches, Adam;
+* inputs as scikit-learn takes them: any numeric ``X`` is made float32; a classifier takes
+  any labels (encoded to int64 class indices, ``predict`` gives labels back), a regressor
+  a 1-D ``y`` (``predict`` is then 1-D too);
+* ``random_state``: the module's initial weights and every epoch's shuffling and dropout
+  are drawn from it (``None``: from NumPy's global generator, which a search seeds per
+  trial), so a fit is reproducible and a fit continued with ``warm_start`` or
+  ``partial_fit`` gives the same model as training the epochs at once;
+* the project's errors for bad input, before any training: a ``module`` that is not a
+  ``torch.nn.Module``, ``module__*`` parameters its constructor does not take, a bad
+  ``max_epochs``/``batch_size``/``lr``;
+* ``get_params(deep=True)`` also lists the keyword parameters of the module's,
+  optimizer's and criterion's constructors (``module__hidden``, ``optimizer__weight_decay``)
+  so that a search space can name them without passing them first.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from skorch import NeuralNetClassifier, NeuralNetRegressor
+from skorch.utils import is_dataset
+
+from ..exceptions import InvalidParameterError
+
+__all__ = ["TorchClassifier", "TorchRegressor"]
+
+#: Defaults these estimators give skorch's ``**kwargs`` unless the caller sets them.
+_DEFAULT_KWARGS: dict[str, Any] = {"iterator_train__shuffle": True}
+#: Constructor arguments never listed as ``<prefix>__<name>`` (set otherwise, or by skorch).
+_NOT_LISTED = {"self", "params", "lr"}
+
+
+def _is_module(value: Any) -> bool:
+    return isinstance(value, torch.nn.Module) or (
+        isinstance(value, type) and issubclass(value, torch.nn.Module)
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _keyword_defaults(cls: Any) -> dict[str, Any]:
+    """The keyword parameters of ``cls``'s constructor, with their defaults."""
+    if not isinstance(cls, type):
+        return {}
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return {}
+    return {
+        name: p.default
+        for name, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.default is not p.empty
+        and name not in _NOT_LISTED
+    }
+
+
+def _float32(X: Any) -> Any:
+    """``X`` with floating (and integer) arrays as float32; datasets and dicts as given."""
+    if isinstance(X, torch.Tensor):
+        return X.float() if X.dtype != torch.float32 else X
+    if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # a pandas DataFrame
+        X = X.to_numpy()
+    if hasattr(X, "tocsr") and hasattr(X, "dtype"):  # scipy sparse
+        return X.astype(np.float32) if X.dtype != np.float32 else X
+    if isinstance(X, (list, tuple, np.ndarray)):
+        array = np.asarray(X)
+        if array.dtype.kind in "fiub" and array.dtype != np.float32:
+            return array.astype(np.float32)
+        return array
+    return X
+
+
+def _seed(base: int, epoch: int) -> int:
+    return int(np.random.SeedSequence(base, spawn_key=(epoch,)).generate_state(1)[0])
+
+
+class _TorchEstimator:
+    """What both estimators share (a mixin ahead of skorch's classes)."""
+
+    # Set by skorch or the subclasses; declared for the type checker.
+    module: Any
+    criterion: Any
+    optimizer: Any
+    max_epochs: Any
+    batch_size: Any
+    lr: Any
+    random_state: Any
+    initialized_: bool
+    history: Any
+    seed_: int
+
+    def __init__(
+        self,
+        module: Any,
+        *args: Any,
+        optimizer: Any = torch.optim.Adam,
+        lr: float = 0.001,
+        max_epochs: int = 10,
+        batch_size: int = 128,
+        train_split: Any = None,
+        verbose: int = 0,
+        random_state: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        # ``criterion`` and skorch's other arguments pass through ``kwargs``.
+        super().__init__(  # type: ignore[call-arg]
+            module,
+            *args,
+            optimizer=optimizer,
+            lr=lr,
+            max_epochs=max_epochs,
+            batch_size=batch_size,
+            train_split=train_split,
+            verbose=verbose,
+            **{**_DEFAULT_KWARGS, **kwargs},
+        )
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        """Raise :class:`InvalidParameterError` for a parameter skorch would fail on later."""
+        if not _is_module(self.module):
+            raise InvalidParameterError(
+                "module",
+                f"expected a torch.nn.Module class (or instance), got {self.module!r}: pass "
+                "the class and its arguments as module__<name>, e.g. "
+                f"{type(self).__name__}(MyNet, module__hidden=32)",
+            )
+        if not (_is_module(self.criterion) or callable(self.criterion)):
+            raise InvalidParameterError(
+                "criterion", f"expected a torch loss class or instance, got {self.criterion!r}"
+            )
+        if not callable(self.optimizer):
+            raise InvalidParameterError(
+                "optimizer",
+                f"expected a torch.optim.Optimizer class, got {self.optimizer!r}",
+            )
+        for name in ("max_epochs", "batch_size"):
+            value = getattr(self, name)
+            whole = name == "batch_size" and _is_int(value) and int(value) == -1
+            if not (_is_int(value) and int(value) >= 1) and not whole:
+                extra = " (or -1: the whole data set)" if name == "batch_size" else ""
+                raise InvalidParameterError(name, f"expected an int >= 1{extra}, got {value!r}")
+        lr = self.lr
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not float(lr) > 0:
+            raise InvalidParameterError("lr", f"expected a learning rate > 0, got {lr!r}")
+        rs = self.random_state
+        fine = rs is None or isinstance(rs, (np.random.RandomState, np.random.Generator))
+        if _is_int(rs):
+            fine = 0 <= int(rs) < 2**32
+        if not fine:
+            raise InvalidParameterError(
+                "random_state",
+                f"expected None, an int in [0, 2**32), a numpy RandomState or Generator, "
+                f"got {rs!r}",
+            )
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def get_params(self, deep: bool = True, **kwargs: Any) -> dict[str, Any]:
+        params: dict[str, Any] = super().get_params(deep=deep, **kwargs)  # type: ignore[misc]
+        if deep:
+            for prefix in ("module", "optimizer", "criterion"):
+                for name, default in _keyword_defaults(params.get(prefix)).items():
+                    params.setdefault(f"{prefix}__{name}", default)
+        return params
+
+    def __getstate__(self) -> dict[str, Any]:
+        # skorch's own, with cloudpickle instead of pickle for the torch components: a
+        # module class that reached a worker by value (defined in __main__ or a notebook)
+        # cannot be pickled by reference there, and a rung step copies its fitted state.
+        state = self.__dict__.copy()
+        prefixes = tuple(getattr(self, "cuda_dependent_attributes_", ()))
+        torch_attrs = {k: state.pop(k) for k in list(state) if k.startswith(prefixes)}
+        state["__cuda_dependent_attributes__"] = cloudpickle.dumps(torch_attrs)
+        return state
+
+    # -- training ---------------------------------------------------------------------------
+
+    def _draw_seed(self) -> int:
+        rs = self.random_state
+        if isinstance(rs, np.random.Generator):
+            return int(rs.integers(2**31 - 1))
+        return int(check_random_state(rs).randint(2**31 - 1))
+
+    def initialize(self) -> Any:
+        """Initialise skorch's components, the module's weights drawn from ``random_state``."""
+        self._check_params()
+        seed = self._draw_seed()
+        self.seed_ = seed
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_seed(seed, 0))
+            return super().initialize()  # type: ignore[misc]
+
+    def initialize_module(self) -> Any:
+        try:
+            return super().initialize_module()  # type: ignore[misc]
+        except TypeError as exc:
+            name = getattr(self.module, "__name__", type(self.module).__name__)
+            raise InvalidParameterError(
+                "module",
+                f"{name}(**module__ parameters) failed: {exc}. Pass the arguments its "
+                "constructor takes as module__<name>",
+            ) from exc
+
+    def on_epoch_begin(self, net: Any, **kwargs: Any) -> None:
+        super().on_epoch_begin(net, **kwargs)  # type: ignore[misc]
+        # Epoch e's shuffling and dropout depend on (seed_, e) alone: training 3 epochs and
+        # 6 more gives the model of 9 epochs at once.
+        torch.manual_seed(_seed(self.seed_, len(self.history)))
+
+    def _target(self, X: Any, y: Any) -> Any:
+        return y
+
+    def fit_loop(self, X: Any, y: Any = None, epochs: Any = None, **fit_params: Any) -> Any:
+        y = self._target(X, y)
+        # The epochs reseed torch's global generator: give the caller's state back after.
+        with torch.random.fork_rng(devices=[]):
+            return super().fit_loop(X, y, epochs=epochs, **fit_params)  # type: ignore[misc]
+
+    def get_dataset(self, X: Any, y: Any = None) -> Any:
+        if is_dataset(X):
+            return X
+        return super().get_dataset(_float32(X), y)  # type: ignore[misc]
+
+
+class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
+    """A PyTorch classifier (skorch's ``NeuralNetClassifier``) for scikit-learn and SearchCV.
+
+    ``module``: a ``torch.nn.Module`` class (its arguments as ``module__<name>``) or
+    instance, whose output is one logit per class. Labels may be any values: ``classes_``
+    holds them sorted, ``predict`` returns them. Other parameters are skorch's (``lr``,
+    ``max_epochs``, ``batch_size``, ``optimizer__*``, ``callbacks``, ``warm_start``...).
+    """
+
+    def __init__(
+        self, module: Any, *args: Any, criterion: Any = torch.nn.CrossEntropyLoss, **kwargs: Any
+    ) -> None:
+        super().__init__(module, *args, criterion=criterion, **kwargs)
+
+    def check_data(self, X: Any, y: Any) -> None:
+        # skorch infers classes_ from the y it trains on; here y is already encoded and
+        # classes_ set from the labels (_target).
+        known = self.__dict__.get("classes_inferred_")
+        super().check_data(X, y)
+        if known is not None:
+            self.classes_inferred_ = known
+
+    def fit(self, X: Any, y: Any, **fit_params: Any) -> TorchClassifier:
+        if not self.warm_start or not self.initialized_:
+            self.__dict__.pop("classes_inferred_", None)
+        super().fit(X, y, **fit_params)
+        return self
+
+    def partial_fit(
+        self, X: Any, y: Any = None, classes: Any = None, **fit_params: Any
+    ) -> TorchClassifier:
+        if not self.initialized_:
+            self.__dict__.pop("classes_inferred_", None)
+            if classes is not None:
+                self.classes_inferred_ = np.unique(np.asarray(classes))
+        super().partial_fit(X, y, classes=classes, **fit_params)
+        return self
+
+    def _target(self, X: Any, y: Any) -> Any:
+        """``y``'s labels as int64 class indices; sets ``classes_`` on a first fit."""
+        if y is None:
+            return y
+        labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            labels = labels.ravel()
+        if labels.ndim != 1:
+            raise InvalidParameterError(
+                "y", f"a classifier takes one label per row (1-D y), got shape {labels.shape}"
+            )
+        known = self.classes if self.classes is not None else self.__dict__.get("classes_inferred_")
+        classes = np.unique(labels) if known is None else np.asarray(known)
+        unknown = np.setdiff1d(labels, classes)
+        if unknown.size:
+            raise InvalidParameterError(
+                "y",
+                f"labels {unknown[:5].tolist()} are not among the classes {classes.tolist()} "
+                "this model was started with; pass classes= (all labels) to partial_fit's "
+                "first call or to the constructor",
+            )
+        self.classes_inferred_ = classes
+        return np.searchsorted(classes, labels).astype(np.int64)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most probable class label of each row (labels as in ``classes_``)."""
+        return np.asarray(self.classes_)[self.predict_proba(X).argmax(axis=1)]
+
+
+class TorchRegressor(_TorchEstimator, NeuralNetRegressor):
+    """A PyTorch regressor (skorch's ``NeuralNetRegressor``) for scikit-learn and SearchCV.
+
+    ``module``: a ``torch.nn.Module`` class (its arguments as ``module__<name>``) or
+    instance, with one output per target (``criterion``: skorch's ``MSELoss``). A 1-D ``y``
+    is trained as one column and ``predict`` then returns a 1-D array, as scikit-learn
+    regressors do.
+    """
+
+    def _target(self, X: Any, y: Any) -> Any:
+        if y is None:
+            return y
+        target = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float32)
+        self.n_targets_dim_ = target.ndim
+        return target.reshape(-1, 1) if target.ndim == 1 else target
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The predictions; 1-D when the model was fitted on a 1-D ``y``."""
+        out = np.asarray(super().predict(X))
+        if getattr(self, "n_targets_dim_", 2) == 1 and out.ndim == 2 and out.shape[1] == 1:
+            return out.ravel()
+        return out

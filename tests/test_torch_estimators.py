@@ -1,0 +1,216 @@
+"""TorchClassifier / TorchRegressor: the estimator contract, inputs, seeds, errors, SearchCV."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone, is_classifier, is_regressor
+
+from dmlsearch import Categorical, Float, Int, SearchCV
+from dmlsearch.exceptions import InvalidParameterError
+from dmlsearch.training import TorchClassifier, TorchRegressor
+
+# The module classes below reach the workers by value, as a notebook's or script's would.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+N, D = 240, 4
+
+
+class MLP(torch.nn.Module):
+    """A tiny MLP; ``n_out`` logits (classifier) or outputs (regressor)."""
+
+    def __init__(self, n_in: int = D, hidden: int = 8, n_out: int = 2) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(n_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, n_out)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, D))  # float64, as scikit-learn users have it
+    return X, (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+
+
+def weights(net: Any) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in net.module_.state_dict().values()]
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_import_dmlsearch_imports_neither_torch_nor_skorch() -> None:
+    code = (
+        "import sys, dmlsearch, dmlsearch.training\n"
+        "assert 'skorch' not in sys.modules, 'dmlsearch.training imported skorch'\n"
+        "from dmlsearch.training import TorchClassifier\n"
+        "assert 'skorch' in sys.modules\n"
+    )
+    plain = "import sys, dmlsearch\nassert 'torch' not in sys.modules\n"
+    for script in (plain, code):
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+def test_clone_and_params_round_trip() -> None:
+    net = TorchClassifier(MLP, module__hidden=5, lr=0.05, max_epochs=2, random_state=3)
+    twin = clone(net)
+    assert type(twin) is TorchClassifier
+    assert twin.get_params(deep=False) == net.get_params(deep=False)
+    params = net.get_params()
+    # The search-friendly defaults, and the module's/optimizer's own arguments by name.
+    assert params["train_split"] is None and params["verbose"] == 0
+    assert params["iterator_train__shuffle"] is True
+    assert params["criterion"] is torch.nn.CrossEntropyLoss
+    assert params["module__hidden"] == 5 and params["module__n_out"] == 2
+    assert params["optimizer__weight_decay"] == 0
+    twin.set_params(module__hidden=7, lr=0.1, optimizer__weight_decay=1e-4)
+    assert (twin.module__hidden, twin.lr, twin.optimizer__weight_decay) == (7, 0.1, 1e-4)
+    assert is_classifier(net) and is_regressor(TorchRegressor(MLP))
+
+
+def test_classifier_takes_any_labels_and_float64(data: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = data
+    labels = np.array(["no", "yes"])[y]
+    net = TorchClassifier(MLP, module__hidden=8, lr=0.05, max_epochs=20, random_state=0)
+    net.fit(X, labels)
+    assert list(net.classes_) == ["no", "yes"]
+    predicted = net.predict(X)
+    assert set(predicted) <= {"no", "yes"}
+    proba = net.predict_proba(X)
+    assert proba.shape == (N, 2) and np.allclose(proba.sum(axis=1), 1, atol=1e-5)
+    assert net.score(X, labels) > 0.9  # a linear boundary: an MLP learns it
+    assert len(net.history) == 20
+
+
+def test_regressor_takes_a_1d_target(data: tuple[np.ndarray, np.ndarray]) -> None:
+    X, _ = data
+    y = 2 * X[:, 0] - X[:, 2]
+    net = TorchRegressor(MLP, module__n_out=1, module__hidden=16, lr=0.05, max_epochs=30)
+    net.set_params(random_state=0).fit(X, y)
+    predicted = net.predict(X)
+    assert predicted.shape == (N,)
+    assert net.score(X, y) > 0.8
+
+
+def test_a_random_state_fixes_the_model_and_continuing_equals_training_at_once(
+    data: tuple[np.ndarray, np.ndarray],
+) -> None:
+    X, y = data
+    net = TorchClassifier(MLP, lr=0.05, batch_size=16, random_state=4)
+    straight = clone(net).set_params(max_epochs=5).fit(X, y)
+    again = clone(net).set_params(max_epochs=5).fit(X, y)
+    assert same(weights(straight), weights(again))
+    # 2 epochs, then 3 more on the same module (warm_start): the model of 5 at once.
+    warm = clone(net).set_params(max_epochs=2).fit(X, y)
+    warm.set_params(warm_start=True, max_epochs=3).fit(X, y)
+    assert len(warm.history) == 5
+    assert same(weights(straight), weights(warm))
+    # partial_fit continues too (max_epochs epochs per call).
+    partial = clone(net).set_params(max_epochs=1)
+    for _ in range(5):
+        partial.partial_fit(X, y)
+    assert same(weights(straight), weights(partial))
+    other = clone(net).set_params(max_epochs=5, random_state=5).fit(X, y)
+    assert not same(weights(straight), weights(other))
+
+
+def test_the_global_torch_generator_is_left_as_it_was(data: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = data
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    TorchClassifier(MLP, max_epochs=2, random_state=0).fit(X, y)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_pickle_keeps_the_fitted_model(data: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = data
+    net = TorchClassifier(MLP, lr=0.05, max_epochs=3, random_state=0).fit(X, y)
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        back = pickle.loads(dumps(net))
+        assert np.array_equal(back.predict_proba(X), net.predict_proba(X))
+        assert len(back.history) == 3
+
+
+def test_partial_fit_takes_the_classes_on_its_first_call(
+    data: tuple[np.ndarray, np.ndarray],
+) -> None:
+    X, y = data
+    net = TorchClassifier(MLP, module__n_out=3, max_epochs=1, random_state=0)
+    net.partial_fit(X[y == 0], y[y == 0], classes=[0, 1, 2])
+    net.partial_fit(X[y == 1], y[y == 1])
+    assert list(net.classes_) == [0, 1, 2] and len(net.history) == 2
+    with pytest.raises(InvalidParameterError, match=r"labels \[7\]"):
+        net.partial_fit(X[:4], np.full(4, 7))
+
+
+@pytest.mark.parametrize(
+    ("params", "param", "words"),
+    [
+        ({"module": "MLP"}, "module", "torch.nn.Module class"),
+        ({"module": MLP, "module__hiden": 3}, "module", "unexpected keyword argument 'hiden'"),
+        ({"module": MLP, "max_epochs": 0}, "max_epochs", "int >= 1"),
+        ({"module": MLP, "batch_size": 0}, "batch_size", "-1"),
+        ({"module": MLP, "lr": -0.1}, "lr", "> 0"),
+        ({"module": MLP, "random_state": "seed"}, "random_state", "RandomState"),
+        ({"module": MLP, "optimizer": "adam"}, "optimizer", "torch.optim.Optimizer"),
+    ],
+)
+def test_bad_input_is_refused_before_training(
+    data: tuple[np.ndarray, np.ndarray], params: dict[str, Any], param: str, words: str
+) -> None:
+    X, y = data
+    net = TorchClassifier(**params)
+    with pytest.raises(InvalidParameterError, match=words) as info:
+        net.fit(X, y)
+    assert info.value.param == param
+    assert not net.initialized_ and not hasattr(net, "module_")
+
+
+def test_a_module_instance_is_taken_as_it_is(data: tuple[np.ndarray, np.ndarray]) -> None:
+    X, y = data
+    module = MLP(hidden=6)
+    net = TorchClassifier(module, max_epochs=1, random_state=0).fit(X, y)
+    assert net.module_ is module
+
+
+@pytest.mark.cluster
+def test_search_cv_tunes_module_and_training_parameters_on_workers(
+    client: Any, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    search = SearchCV(
+        TorchClassifier(MLP, random_state=0),
+        {
+            "module__hidden": Int(4, 16),
+            "lr": Float(1e-3, 1e-1, log=True),
+            "max_epochs": Int(1, 3),
+            "batch_size": Categorical([16, 32]),
+        },
+        n_trials=4,
+        cv=2,
+        random_state=0,
+        client=client,
+        progress=False,
+        dashboard=False,
+    ).fit(X, y)
+    assert all(t.state == "complete" for t in search.trials_)
+    workers = set(client.scheduler_info()["workers"])
+    assert {t.worker for t in search.trials_} <= workers  # each trial on a worker process
+    best = search.best_estimator_
+    assert isinstance(best, TorchClassifier)
+    assert best.module_.layers[0].out_features == search.best_params_["module__hidden"]
+    assert len(best.history) == search.best_params_["max_epochs"]
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
