@@ -9,8 +9,6 @@ loop (:mod:`dmlsearch.runner.rungs`), with the trials' fitted states on the work
 from __future__ import annotations
 
 import contextlib
-import difflib
-import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,21 +21,13 @@ from sklearn.utils import indexable
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
 from ._results import build_rung_results, rung_attributes
+from ._rung_records import RungRows, open_experiment, restore_steps
 from ._rungs import RungContext, RungResult, drop_states
+from ._schedule_plan import SchedulePlan, bind_scheduler, plan_schedule
 from ._validation import cv_splits
-from .exceptions import AllTrialsFailedError, InvalidParameterError
-from .fidelity import check_resource, train
-from .schedulers import (
-    ASHA,
-    SCHEDULERS,
-    Hyperband,
-    MedianStopping,
-    Scheduler,
-    SuccessiveHalving,
-    check_schedule,
-    make_scheduler,
-    rung_resources,
-)
+from .exceptions import AllTrialsFailedError
+from .fidelity import train
+from .schedulers import Scheduler
 from .space import as_space
 from .strategies import Strategy, make_strategy
 
@@ -46,161 +36,10 @@ if TYPE_CHECKING:
 
     from .search import SearchCV
 
-__all__ = ["SchedulePlan", "fit_multifidelity", "plan_schedule"]
+__all__ = ["fit_multifidelity"]
 
 #: Seconds between two releases of trial states on the workers (one client.run each).
 _RELEASE_EVERY = 1.0
-
-
-@dataclass(frozen=True)
-class SchedulePlan:
-    """A checked schedule: the scheduler, the resource ladder and the strategy's count."""
-
-    scheduler: Scheduler
-    resource: str
-    ladder: tuple[int, ...]
-    steps: tuple[int, ...] | None
-    #: ASHA or median stopping by name: their trial count comes from the strategy.
-    bind: bool = False
-
-
-def _bounds(
-    search: SearchCV, splits: list[tuple[np.ndarray, np.ndarray]], y: Any
-) -> tuple[int, int]:
-    """``(min_resource, max_resource)`` with the defaults filled in, and n_samples checked."""
-    smallest = min(len(train) for train, _ in splits)
-    low, high = search.min_resource, search.max_resource
-    if search.resource == "n_samples":
-        if high is None:
-            high = smallest
-        elif isinstance(high, int | float) and high > smallest:
-            raise InvalidParameterError(
-                "max_resource",
-                f"resource='n_samples' trains on at most the {smallest} rows of the smallest "
-                f"training fold, got max_resource={high}; lower it (or leave it None)",
-            )
-        if low is None:
-            # As scikit-learn's Halving searches: a few rows per fold (and per class).
-            classes = len(np.unique(y)) if is_classifier(search.estimator) else 1
-            low = min(2 * len(splits) * classes, int(high))
-    elif high is None:
-        raise InvalidParameterError(
-            "max_resource",
-            f"a scheduler needs max_resource, the most {search.resource!r} a trial gets "
-            "(e.g. max_resource=81)",
-        )
-    return (1 if low is None else low), high
-
-
-def plan_schedule(
-    search: SearchCV, splits: list[tuple[np.ndarray, np.ndarray]], y: Any
-) -> tuple[SchedulePlan, int | None]:
-    """Check the scheduler's arguments; the plan and the number of trials to ask for.
-
-    Raises :class:`InvalidParameterError` before any work: an unknown scheduler, no or a
-    bad ``resource``, ``min_resource > max_resource``, ``reduction_factor < 2``, an
-    ``n_samples`` budget larger than the data, ``resume`` or ``keep_oof``.
-    """
-    if search.resume:
-        raise InvalidParameterError(
-            "resume", "resume=True is not supported with a scheduler yet; run without resume"
-        )
-    if getattr(search, "keep_oof", False):
-        raise InvalidParameterError(
-            "keep_oof",
-            "out-of-fold predictions are not kept with a scheduler yet; drop keep_oof or "
-            "the scheduler",
-        )
-    if search.resource is None:
-        raise InvalidParameterError(
-            "resource",
-            "a scheduler needs resource=: 'partial_fit' (epochs), 'n_samples' (rows) or an "
-            "estimator parameter such as 'n_estimators' or 'max_iter'",
-        )
-    resource = check_resource(search.resource, search.estimator)
-    given = search.scheduler
-    if isinstance(given, Scheduler):
-        if search.min_resource is not None or search.max_resource is not None:
-            raise InvalidParameterError(
-                "scheduler",
-                "a Scheduler instance carries its own min_resource/max_resource; leave "
-                "SearchCV's unset",
-            )
-        ladder = _ladder_of(given)
-        steps = None
-        if isinstance(given, MedianStopping):
-            ladder = steps = rung_resources(1, given.max_resource, search.reduction_factor)
-        return SchedulePlan(given, resource, ladder, steps), search.n_trials
-    if not isinstance(given, str) or given.lower() not in SCHEDULERS:
-        close = difflib.get_close_matches(str(given).lower(), SCHEDULERS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidParameterError(
-            "scheduler",
-            f"unknown scheduler {given!r}{hint} Choose one of {list(SCHEDULERS)} or pass a "
-            "dmlsearch.schedulers.Scheduler",
-        )
-    name = given.lower()
-    low, high = _bounds(search, splits, y)
-    r_min, R, eta = check_schedule(low, high, search.reduction_factor)
-    ladder = rung_resources(r_min, R, eta)
-    n = search.n_trials
-    if name == "halving":
-        halving = SuccessiveHalving(r_min, R, eta, n)
-        return SchedulePlan(halving, resource, ladder, None), halving.n_trials
-    if name == "hyperband":
-        hyperband = Hyperband(r_min, R, eta)
-        return SchedulePlan(hyperband, resource, ladder, None), n or hyperband.n_trials
-    # ASHA and median stopping learn their trial count from the strategy (see bind).
-    placeholder = make_scheduler(name, max_resource=R)
-    steps = ladder if name == "median" else None
-    return SchedulePlan(placeholder, resource, ladder, steps, bind=True), n
-
-
-def _bind(plan: SchedulePlan, strategy: Strategy, eta: int) -> Scheduler:
-    """The scheduler, with ASHA's and median stopping's trial count from the strategy."""
-    s = plan.scheduler
-    if plan.bind and isinstance(s, ASHA):
-        return ASHA(plan.ladder[0], plan.ladder[-1], eta, max_trials=strategy.total)
-    if plan.bind and isinstance(s, MedianStopping):
-        return MedianStopping(s.max_resource, strategy.total, s.warmup_steps, s.min_trials)
-    return s
-
-
-def _ladder_of(scheduler: Scheduler) -> tuple[int, ...]:
-    if isinstance(scheduler, Hyperband):
-        return tuple(sorted({r for b in scheduler.brackets for r in b.resources}))
-    resources = getattr(scheduler, "resources", None)
-    if resources is not None:
-        return tuple(resources)
-    return (int(getattr(scheduler, "max_resource", 1)),)
-
-
-class _Rows:
-    """What the driver keeps of each step: its row of ``cv_results_`` and the registry."""
-
-    def __init__(self, primary: str, n_splits: int, recorder: Any) -> None:
-        self.primary = primary
-        self.n_splits = n_splits
-        self.recorder = recorder
-        self.outcomes: dict[tuple[int, int], RungResult] = {}
-        self.curves: dict[int, list[tuple[int, float]]] = {}
-
-    def score(self, result: RungResult) -> float | None:
-        values = [fold.get(self.primary, np.nan) for fold in result.test_scores]
-        value = float(np.mean(values)) if values else float("nan")
-        return value if math.isfinite(value) else None
-
-    def add(self, result: RungResult, retries: int) -> None:
-        result.retries = retries
-        self.outcomes[result.id] = result
-        value = self.score(result) if result.state == COMPLETE else None
-        curve = self.curves.setdefault(result.trial, [])
-        if value is not None:
-            curve.append((result.resource, value))
-        if self.recorder is not None:
-            # The trial's record holds its latest step; its learning curve is in
-            # ``intermediate`` (resource -> score).
-            self.recorder.add(result, intermediate={str(r): s for r, s in curve})
 
 
 def _release(client: Client, run: str, trials: list[int] | None) -> None:
@@ -228,8 +67,11 @@ class _Setup:
     context: RungContext
 
 
-def _prepare(search: SearchCV, X: Any, y: Any, groups: Any) -> _Setup:
-    """Validate every argument and build the schedule, before any work is submitted."""
+def _prepare(search: SearchCV, X: Any, y: Any, groups: Any, seed: int | None = None) -> _Setup:
+    """Validate every argument and build the schedule, before any work is submitted.
+
+    ``seed``: the one a resumed experiment ran with (else from ``random_state``).
+    """
     from .search import _resolve_seed
 
     scoring, refit_metric = search._validate()
@@ -237,7 +79,7 @@ def _prepare(search: SearchCV, X: Any, y: Any, groups: Any) -> _Setup:
     X, y, groups = indexable(X, y, groups)
     splits = cv_splits(search.cv, X, y, groups, classifier=is_classifier(search.estimator))
     plan, n_trials = plan_schedule(search, splits, y)
-    seed = _resolve_seed(search.random_state)
+    seed = _resolve_seed(search.random_state) if seed is None else seed
     strategy = make_strategy(search.strategy, space, n_trials, seed)
     evaluation = EvalContext(
         estimator=search.estimator,
@@ -261,7 +103,7 @@ def _prepare(search: SearchCV, X: Any, y: Any, groups: Any) -> _Setup:
         seed=seed,
         space=space,
         strategy=strategy,
-        scheduler=_bind(plan, strategy, int(search.reduction_factor)),
+        scheduler=bind_scheduler(plan, strategy, int(search.reduction_factor)),
         context=RungContext(evaluation, plan.resource, uuid.uuid4().hex, seed, classes),
     )
 
@@ -270,14 +112,19 @@ def _run_steps(
     search: SearchCV,
     client: Client,
     setup: _Setup,
-    rows: _Rows,
+    rows: RungRows,
     fit_params: dict[str, Any],
     *,
+    restored: list[RungResult],
     progress: Any,
     budget_ends: float | None,
     experiment: str,
 ) -> None:
-    """Every rung step through the runner's loop; every state of the run dropped after."""
+    """Every rung step through the runner's loop; every state of the run dropped after.
+
+    ``restored``: the steps an earlier run recorded (resume); the scheduler's history
+    starts from them, so none of them runs again.
+    """
     from .runner import WorkLoop
     from .runner.rungs import RungKind, RungSource
     from .runner.units import UnitPolicy
@@ -296,6 +143,7 @@ def _run_steps(
         steps=setup.plan.steps,
         observer=reporter,
     )
+    source.restore(restored)
     policy = UnitPolicy(
         max_retries=search.max_retries,
         timeout=setup.context.evaluation.trial_timeout,
@@ -363,7 +211,7 @@ def _reporter(
             "n_splits": len(setup.splits),
             "metric": setup.primary,
             "scoring": search.scoring if isinstance(search.scoring, str) else None,
-            "resume": False,
+            "resume": bool(search.resume),
         },
     )
 
@@ -387,13 +235,23 @@ def fit_multifidelity(
     budget_ends = None if search.time_budget is None else clock.start + search.time_budget
     try:
         with resolve_client(search.client) as client:
+            restored: list[RungResult] = []
             if registry is not None:
                 fingerprint = data_fingerprint(setup.X, setup.y, setup.groups)
-                recorder, _, _ = search._open_recorder(
-                    registry, name, setup.primary, setup.seed, setup.strategy, setup.space,
-                    len(setup.splits), fingerprint, cluster_shape(client), {}, set(),
+                opened, prior, previous = open_experiment(
+                    search, registry, name, setup.primary, setup.seed, len(setup.splits),
+                    fingerprint, cluster_shape(client),
                 )  # fmt: skip
-            rows = _Rows(setup.primary, len(setup.splits), recorder)
+                if prior is not None:
+                    if prior.seed != setup.seed:  # the seed the experiment started with
+                        setup = _prepare(search, X, y, groups, seed=prior.seed)
+                    restored = restore_steps(
+                        search, opened, prior, previous, setup.strategy, setup.space,
+                        len(setup.splits),
+                    )  # fmt: skip
+                recorder = opened  # a refused resume closed it, with the status it had
+            rows = RungRows(setup.primary, len(setup.splits), recorder)
+            rows.restore(restored)
             clock.lap("setup")
             _run_steps(
                 search,
@@ -401,6 +259,7 @@ def fit_multifidelity(
                 setup,
                 rows,
                 fit_params,
+                restored=restored,
                 progress=progress,
                 budget_ends=budget_ends,
                 experiment=name,
@@ -432,7 +291,7 @@ def fit_multifidelity(
     return search
 
 
-def _finish(search: SearchCV, rows: _Rows, setup: _Setup) -> None:
+def _finish(search: SearchCV, rows: RungRows, setup: _Setup) -> None:
     """``cv_results_`` and the other fitted attributes, from the steps recorded."""
     from .search import check_failures
 

@@ -43,6 +43,8 @@ from .space import as_space, describe_value
 from .strategies import Strategy, make_strategy
 
 if TYPE_CHECKING:
+    from ._recording import PriorRun
+    from .registry import TrialRecord
     from .runner.gang_trials import GangTrialRunner
 
 __all__ = ["SearchCV"]
@@ -572,15 +574,43 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
         A refused resume leaves the experiment as it found it (status included).
         """
-        from .registry import NotFoundError
-        from .registry.sql import _dumps, _loads
+        config = self._config_snapshot(seed, n_splits)
+        recorder, prior, previous_status = self._open_experiment(
+            registry, name, primary, config, fingerprint, cluster
+        )
+        if prior is None:
+            return recorder, seed, strategy
+        if prior.seed != seed:
+            seed = prior.seed
+            strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+        for record in prior.trials:
+            params = self._recorded_params(record, strategy, space, recorder, previous_status)
+            if params is None:
+                continue
+            strategy.restore(record.number, params, record.value)
+            outcomes[record.number] = outcome_from_record(
+                record, params, n_splits, self.return_train_score
+            )
+            skip.add(record.number)
+        return recorder, seed, strategy
 
-        def stored_form(value: Any) -> Any:
-            # How the registry keeps a value: JSON (tuples as lists, objects as repr).
-            return _loads(_dumps(value))
+    def _open_experiment(
+        self,
+        registry: Registry,
+        name: str,
+        primary: str,
+        config: dict[str, Any],
+        fingerprint: str,
+        cluster: dict[str, Any],
+    ) -> tuple[SearchRecorder, PriorRun | None, str | None]:
+        """Open (or, with ``resume``, reopen) experiment ``name``, its configuration checked.
+
+        Returns the recorder, what an earlier run recorded (None for a new experiment) and
+        the experiment's status before this run (to put back on a refused resume).
+        """
+        from .registry import NotFoundError
 
         owns = registry is not self.registry
-        config = self._config_snapshot(seed, n_splits)
         previous_status: str | None = None
         if self.resume:
             try:
@@ -592,7 +622,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                         f"there is no experiment {name!r} in the registry to resume: run it "
                         "first, or drop resume (resume=False) to start it",
                     ) from None
-                _check_same_config(name, existing.config, stored_form(config))
+                _check_same_config(name, existing.config, _stored_form(config))
             except BaseException:
                 if owns:
                     registry.close()
@@ -612,47 +642,49 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise
         self.experiment_name_ = name
         self.experiment_id_ = recorder.experiment_id
-        if prior is None:
-            return recorder, seed, strategy
-        if prior.seed != seed:
-            seed = prior.seed
-            strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+        return recorder, prior, previous_status
+
+    def _recorded_params(
+        self,
+        record: TrialRecord,
+        strategy: Strategy,
+        space: Any,
+        recorder: SearchRecorder,
+        previous_status: str | None,
+    ) -> dict[str, Any] | None:
+        """The parameters of recorded trial ``record`` under this search (None: beyond it).
+
+        A record this search cannot give the same parameters is refused (the recorder is
+        closed with the experiment's earlier status).
+        """
+        name = recorder.name
 
         def refuse(message: str) -> InvalidParameterError:
             recorder.close(previous_status or "interrupted")
             return InvalidParameterError("resume", message)
 
-        for record in prior.trials:
-            if strategy.adaptive:
-                # Model-based trials come back from the registry in their stored (JSON)
-                # form: decode them through the space, so object choices are objects again.
-                try:
-                    params = space.decode(record.params, stored_form)
-                except ValueError as exc:
-                    raise refuse(
-                        f"experiment {name!r} recorded trial {record.number} with "
-                        f"{record.params}, which this search_space does not hold ({exc}): "
-                        "resume with the same search_space, or start a new experiment "
-                        "(another experiment_name)"
-                    ) from None
-            else:
-                # Grid and random trials are pure functions of (seed, number): regenerate
-                # their exact parameters, and refuse a space that gives them others.
-                params = strategy.ask(record.number)
-                if params is None:
-                    continue
-                if not same_params(record.params, params):
-                    raise refuse(
-                        f"experiment {name!r} recorded trial {record.number} with "
-                        f"{record.params}, but this search gives it {params}: resume with the "
-                        "same search_space, strategy and random_state, or start a new experiment"
-                    )
-            strategy.restore(record.number, params, record.value)
-            outcomes[record.number] = outcome_from_record(
-                record, params, n_splits, self.return_train_score
+        if strategy.adaptive:
+            # Model-based trials come back from the registry in their stored (JSON)
+            # form: decode them through the space, so object choices are objects again.
+            try:
+                return dict(space.decode(record.params, _stored_form))
+            except ValueError as exc:
+                raise refuse(
+                    f"experiment {name!r} recorded trial {record.number} with "
+                    f"{record.params}, which this search_space does not hold ({exc}): "
+                    "resume with the same search_space, or start a new experiment "
+                    "(another experiment_name)"
+                ) from None
+        # Grid and random trials are pure functions of (seed, number): regenerate
+        # their exact parameters, and refuse a space that gives them others.
+        params = strategy.ask(record.number)
+        if params is not None and not same_params(record.params, params):
+            raise refuse(
+                f"experiment {name!r} recorded trial {record.number} with "
+                f"{record.params}, but this search gives it {params}: resume with the "
+                "same search_space, strategy and random_state, or start a new experiment"
             )
-            skip.add(record.number)
-        return recorder, seed, strategy
+        return params
 
     def _config_snapshot(self, seed: int, n_splits: int) -> dict[str, Any]:
         """What the experiment records about this search (JSON-friendly).
@@ -867,7 +899,18 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
 
 #: What a resume must not change, and what the message calls it.
-_RESUME_FIXED = {"estimator_spec": "estimator", "search_space_spec": "search_space"}
+_RESUME_FIXED = {
+    "estimator_spec": "estimator",
+    "search_space_spec": "search_space",
+    "schedule": "scheduler",  # a multi-fidelity search's (dmlsearch._schedule_plan)
+}
+
+
+def _stored_form(value: Any) -> Any:
+    """How the registry keeps a value: JSON (tuples as lists, objects as repr)."""
+    from .registry.sql import _dumps, _loads
+
+    return _loads(_dumps(value))
 
 
 def check_failures(

@@ -147,7 +147,9 @@ def test_model_based_resume_refuses_records_outside_the_space_and_keeps_status(
         experiment_name="old",
         resume=True,
     )
-    with pytest.raises(InvalidParameterError, match=r"trial 1 .*does not hold .*C.* not a number in"):
+    with pytest.raises(
+        InvalidParameterError, match=r"trial 1 .*does not hold .*C.* not a number in"
+    ):
         search.fit(X, y)
     with Registry(url) as registry:
         assert registry.experiment("old").status == "failed"
@@ -156,3 +158,216 @@ def test_model_based_resume_refuses_records_outside_the_space_and_keeps_status(
     assert [t.number for t in search.trials_] == [0, 1, 2, 3]
     assert search.trials_[1].params == {"C": 50.0}
     assert np.isclose(search.cv_results_["mean_test_score"][0], 0.85)
+
+
+# -- resuming a multi-fidelity search -----------------------------------------------------
+
+
+class DriverKilled(Exception):
+    """Stands for the driver dying: raised on the driver after N rung results."""
+
+
+def _kill_driver_after(monkeypatch, n: int) -> dict[tuple[int, int], float]:
+    """Rung results past the ``n``-th raise DriverKilled before they are recorded.
+
+    Returns ``{(trial, resource): started}`` of the ``n`` recorded ones, filled as they come.
+    """
+    from dmlsearch.runner.rungs import RungSource
+
+    original = RungSource.record
+    seen: dict[tuple[int, int], float] = {}
+
+    def record(self, unit, result, retries):
+        if len(seen) >= n:
+            raise DriverKilled(f"driver killed after {n} rung results")
+        seen[result.id] = result.started
+        return original(self, unit, result, retries)
+
+    monkeypatch.setattr(RungSource, "record", record)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    return X[:450] / 16.0, y[:450]
+
+
+def _rung_search(client, **kwargs):
+    from sklearn.linear_model import SGDClassifier
+
+    params = dict(
+        scheduler="halving",
+        resource="partial_fit",
+        min_resource=1,
+        max_resource=9,
+        cv=3,
+        random_state=0,
+        client=client,
+        progress=False,
+        dashboard=False,
+    )
+    params.update(kwargs)
+    return SearchCV(SGDClassifier(random_state=0), {"alpha": Float(1e-5, 1e-1, log=True)}, **params)
+
+
+def _rows(search):
+    r = search.cv_results_
+    columns = ["trial", "n_resources", "param_alpha", "mean_test_score", "split0_test_score"]
+    columns += ["split2_test_score", "iter", "bracket"]
+    return sorted(zip(*(r[c].tolist() for c in columns), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "killed_after"),
+    [({"scheduler": "halving"}, 10), ({"scheduler": "asha", "n_trials": 8}, 5)],
+    ids=["halving", "asha"],
+)
+def test_a_killed_multifidelity_search_resumes_without_retraining_finished_steps(
+    client, digits, tmp_path, monkeypatch, kwargs, killed_after
+):
+    X, y = digits
+    # One step at a time: ASHA's decisions then follow a fixed order, run after run.
+    kwargs = {**kwargs, "max_concurrent_trials": 1}
+    reference = _rung_search(client, **kwargs).fit(X, y)
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    recorded = _kill_driver_after(monkeypatch, killed_after)
+    with pytest.raises(DriverKilled):
+        _rung_search(client, registry=url, experiment_name="mf", **kwargs).fit(X, y)
+    monkeypatch.undo()
+    assert len(recorded) == killed_after
+    with Registry(url) as registry:
+        assert registry.experiment("mf").status == "failed"
+
+    resumed = _rung_search(client, registry=url, experiment_name="mf", resume=True, **kwargs)
+    resumed.fit(X, y)
+    r = resumed.cv_results_
+    ids = list(zip(r["trial"].tolist(), r["n_resources"].tolist(), strict=True))
+    assert len(ids) == len(set(ids))  # each (trial, rung) once
+    # The same rows as a search never interrupted: scores, folds, rungs, brackets.
+    assert _rows(resumed) == _rows(reference)
+    started = dict(zip(ids, (t.started for t in resumed.trials_), strict=True))
+    for key, when in recorded.items():
+        assert started[key] == pytest.approx(when)  # restored, not trained again
+    assert sum(started[k] != recorded.get(k) for k in ids) == len(ids) - killed_after
+    # A promotion of a trial trained by the killed run: its state went with that run,
+    # so the step trains it from zero, and counts all of it.
+    restored_trials = {trial for trial, _ in recorded}
+    retrained = [
+        row
+        for row, (trial, resource) in enumerate(ids)
+        if (trial, resource) not in recorded and trial in restored_trials
+    ]
+    assert retrained
+    for row in retrained:
+        assert not r["continued"][row]
+        assert r["work"][row] == r["n_resources"][row]
+    assert resumed.total_work_ == pytest.approx(float(np.sum(r["work"])))
+    assert resumed.best_params_ == reference.best_params_
+    with Registry(url) as registry:
+        assert registry.experiment("mf").status == "complete"
+        assert len(registry.trials("mf")) == len(set(r["trial"].tolist()))
+
+
+def test_a_resumed_multifidelity_search_with_tpe_tells_restored_trials(
+    client, digits, tmp_path, monkeypatch
+):
+    X, y = digits
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    kwargs = dict(strategy="tpe", registry=url, experiment_name="tpe")
+    recorded = _kill_driver_after(monkeypatch, 6)
+    with pytest.raises(DriverKilled):
+        _rung_search(client, **kwargs).fit(X, y)
+    monkeypatch.undo()
+    resumed = _rung_search(client, resume=True, **kwargs).fit(X, y)
+    r = resumed.cv_results_
+    ids = list(zip(r["trial"].tolist(), r["n_resources"].tolist(), strict=True))
+    assert len(ids) == len(set(ids)) == 13  # 9 at 1, 3 at 3, 1 at 9
+    assert set(recorded) <= set(ids)
+    # Every trial reached the strategy once, restored or told: TPE's study holds all 9.
+    assert len(resumed.trials_) == 13
+    assert sorted(set(r["trial"].tolist())) == list(range(9))
+
+
+_PLAIN = {"scheduler": None, "resource": None, "min_resource": None, "max_resource": None}
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "match"),
+    [
+        ({}, {"scheduler": "asha"}, r"the scheduler changed \(scheduler\.scheduler: 'halving' -> 'asha'\)"),
+        ({}, {"max_resource": 9}, r"scheduler\.max_resource: 3 -> 9"),
+        ({}, _PLAIN, "the scheduler changed"),
+        ({**_PLAIN, "n_trials": 2}, {"scheduler": "halving", "resource": "partial_fit",
+         "min_resource": 1, "max_resource": 3, "n_trials": None}, "ran without a scheduler"),
+    ],
+    ids=["another-scheduler", "another-budget", "without-scheduler", "plain-experiment"],
+)  # fmt: skip
+def test_resuming_with_another_schedule_is_refused_and_keeps_status(
+    client, digits, tmp_path, first, then, match
+):
+    X, y = digits[0][:150], digits[1][:150]
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    first = {"registry": url, "experiment_name": "s", "max_resource": 3, **first}
+    _rung_search(client, **first).fit(X, y)
+    with pytest.raises(InvalidParameterError, match=match) as info:
+        _rung_search(client, **{**first, **then, "resume": True}).fit(X, y)
+    assert info.value.param == "resume"
+    with Registry(url) as registry:
+        assert registry.experiment("s").status == "complete"
+
+
+def _restored_source(scheduler, strategy, steps):
+    from dmlsearch._rungs import RungResult
+    from dmlsearch.runner.rungs import RungSource
+
+    def step(trial, rung, resource, score):
+        return RungResult(
+            number=trial, params=strategy.ask(trial), seed=0, state="complete",
+            test_scores=[{"score": score}], train_scores=None, fit_times=[0.0],
+            score_times=[0.0], started=0.0, finished=0.0, worker="", rung=rung,
+            resource=resource,
+        )  # fmt: skip
+
+    source = RungSource(
+        scheduler,
+        strategy,
+        0,
+        lambda result: result.test_scores[0]["score"],
+        lambda result, retries: None,
+        steps=(1, 3, 9) if scheduler.name == "median" else None,
+    )
+    source.restore([step(*s) for s in steps])
+    return source
+
+
+def test_a_restored_asha_source_gives_a_lost_trial_id_to_the_next_new_trial():
+    from dmlsearch.schedulers import ASHA
+    from dmlsearch.space import as_space
+    from dmlsearch.strategies import make_strategy
+
+    strategy = make_strategy("random", as_space({"x": Float(0.0, 1.0)}), 6, 0)
+    # Trial 1 was running its first step when the driver died: nothing recorded.
+    source = _restored_source(
+        ASHA(1, 9, 3, max_trials=6), strategy, [(0, 0, 1, 0.5), (2, 0, 1, 0.7)]
+    )
+    first, second = source.propose(), source.propose()
+    assert (first.payload.trial, first.payload.resource) == (1, 1)
+    assert first.payload.params == strategy.ask(1)  # the lost trial's own parameters
+    assert second.payload.trial == 3
+
+
+def test_a_restored_median_source_goes_on_with_trials_between_steps():
+    from dmlsearch.schedulers import MedianStopping
+    from dmlsearch.space import as_space
+    from dmlsearch.strategies import make_strategy
+
+    strategy = make_strategy("random", as_space({"x": Float(0.0, 1.0)}), 2, 0)
+    source = _restored_source(
+        MedianStopping(9, n_trials=2, min_trials=1), strategy, [(0, 0, 1, 0.9), (1, 0, 1, 0.1)]
+    )
+    assert source.failed == {1}  # below the median of the restored history: stopped
+    unit = source.propose()
+    assert (unit.payload.trial, unit.payload.resource, unit.payload.from_resource) == (0, 3, 1)

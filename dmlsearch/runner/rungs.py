@@ -122,6 +122,9 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         self.in_flight: set[int] = set()
         self.holder: dict[int, str] = {}
         self.told: set[int] = set()
+        #: Trials an earlier run recorded (resume), and ids it started but never recorded.
+        self.restored: set[int] = set()
+        self._gaps: list[int] = []
         self.n_failed = 0
         self._release: list[int] = []
         self._shapes: CandidateCache = {}
@@ -135,6 +138,46 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         """Trials whose state the workers may drop now (each named once)."""
         out, self._release = self._release, []
         return out
+
+    def restore(self, steps: Sequence[RungResult]) -> None:
+        """Rebuild the history from the steps an earlier run recorded (resume).
+
+        Each step is recorded as :meth:`record` would have (a step without a score fails
+        its trial), without hearing ``on_result`` again. No trial's state is held: a
+        promotion of a restored trial refits it on the worker it runs on. With steps
+        (median stopping), a restored trial between its steps goes on unless the rule
+        stops it on the restored history. Ids below the largest restored one that no
+        step names (started, but lost with the old run) are given to the next new
+        trials, where the scheduler names new trials by counting on
+        (:meth:`History.next_trial`).
+        """
+        for step in sorted(steps, key=lambda s: (s.trial, s.resource)):
+            trial = step.trial
+            self.params[trial] = step.params
+            self.results.setdefault(trial, [])
+            self.restored.add(trial)
+            value = self.score(step) if step.state == COMPLETE else None
+            if value is not None and not math.isnan(value):
+                self.results[trial].append(Result(step.rung, step.resource, value))
+            else:
+                self.failed.add(trial)
+        if not self.results:
+            return
+        if self.steps is not None:
+            self.running.update(
+                t
+                for t, done in self.results.items()
+                if t not in self.failed and len(done) < len(self.steps)
+            )
+            self._stop_poor_trials()
+        self._gaps = [t for t in range(max(self.results)) if t not in self.results]
+        self._settle()
+
+    def _new_trial(self, decision: Start) -> int:
+        """The id of a new trial: a lost one's first, where ids only count on."""
+        if self._gaps and decision.trial == self.history().next_trial():
+            return self._gaps.pop(0)
+        return decision.trial
 
     # -- proposing -------------------------------------------------------------------------
     def propose(self) -> Unit[RungSpec] | _Signal:
@@ -157,20 +200,21 @@ class RungSource(UnitSource[RungSpec, RungResult]):
                     decision.bracket,
                 )
             assert isinstance(decision, Start)
-            params = None if self._exhausted else self.strategy.ask(decision.trial)
+            trial = self._new_trial(decision)
+            params = None if self._exhausted else self.strategy.ask(trial)
             if params is None:
                 # The strategy has no more candidates (a grid smaller than the schedule):
                 # the trial counts as started and failed, so rungs can fill without it.
                 self._exhausted = True
-                self.skipped.add(decision.trial)
+                self.skipped.add(trial)
                 continue
             if self.estimator is not None:
                 check_candidate(self.estimator, params, self._shapes)
-            self.params[decision.trial] = params
-            self.results[decision.trial] = []
+            self.params[trial] = params
+            self.results[trial] = []
             if self.steps is not None:
-                return self._unit(decision.trial, 0, self.steps[0], 0, 0)
-            return self._unit(decision.trial, decision.rung, decision.resource, 0, decision.bracket)
+                return self._unit(trial, 0, self.steps[0], 0, 0)
+            return self._unit(trial, decision.rung, decision.resource, 0, decision.bracket)
         return WAIT if self.running else DONE
 
     def _next_step(self) -> Unit[RungSpec] | None:
@@ -253,7 +297,12 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         self.told.add(trial)
         results = self.results.get(trial, [])
         last = max(results, key=lambda r: r.resource) if results else None
-        self.strategy.tell(trial, None if last is None else last.score)
+        score = None if last is None else last.score
+        if trial in self.restored:
+            # Asked in an earlier run: the strategy learns it as a finished trial.
+            self.strategy.restore(trial, self.params[trial], score)
+        else:
+            self.strategy.tell(trial, score)
         if self.holder.pop(trial, None) is not None:
             self._release.append(trial)
 
