@@ -124,3 +124,33 @@ def test_a_hand_built_regression_ensemble_round_trips(tmp_path: Path):
         assert record.lineage["trials"] == [None, None]
         loaded = registry.load_model("ridge-pair")
         np.testing.assert_allclose(loaded.predict(X), ensemble.predict(X))
+
+
+def test_a_member_version_an_ensemble_loads_is_not_deleted_without_force(tmp_path: Path):
+    from dmlsearch.registry import InUseError
+
+    X, y = load_diabetes(return_X_y=True)
+    registry = Registry(f"sqlite:///{tmp_path / 'r.db'}")
+    members = [Ridge(alpha=a).fit(X, y) for a in (0.1, 10.0)]
+    versions = [registry.register_model("ridge", m).version for m in members]
+    spare = registry.register_model("ridge", Ridge().fit(X, y)).version
+    ensemble = WeightedEnsemble(members, [0.5, 0.5]).fit()
+    ensemble.member_versions_ = [("ridge", v) for v in versions]
+    ensemble.members_ = [None, None]
+    record = register_ensemble(registry, "ridge-ens", ensemble)
+    assert registry.ensembles_using("ridge", versions[0]) == [f"ridge-ens:{record.version}"]
+    assert registry.ensembles_using("ridge", spare) == []
+
+    with pytest.raises(InUseError, match=rf"ridge-ens:{record.version}.*force=True"):
+        registry.delete_version("ridge", versions[0])
+    assert isinstance(registry.load_model("ridge-ens"), WeightedEnsemble)  # still whole
+    registry.delete_version("ridge", spare)  # not a member: deleted as before
+
+    # Once the ensemble is gone its members may go; force deletes a member at once.
+    registry.delete_version("ridge-ens", record.version)
+    registry.delete_version("ridge", versions[0])
+    registry.delete_version("ridge", versions[1], force=True)
+    assert registry.versions("ridge") == []
+    with pytest.raises(InvalidParameterError, match="force"):
+        registry.delete_version("ridge", 1, force="yes")  # type: ignore[arg-type]
+    registry.close()

@@ -62,6 +62,10 @@ class AlreadyExistsError(RegistryError):
     """A name that must be unique is taken."""
 
 
+class InUseError(RegistryError, ValueError):
+    """A version cannot be deleted: other versions (ensembles) still load it."""
+
+
 class RegistryUnavailableError(RegistryError):
     """The database could not be reached, or stayed locked past its timeout.
 

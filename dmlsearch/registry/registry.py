@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidParameterError
-from ._base import ExperimentRecord, ModelVersionRecord, NotFoundError, RegistryStore
+from ._base import ExperimentRecord, InUseError, ModelVersionRecord, NotFoundError, RegistryStore
 from ._checks import (
     INT32_MAX,
     check_bool,
@@ -483,16 +483,42 @@ class Registry:
         except NotFoundError as exc:
             raise self._model_error(name, exc) from None
 
-    def delete_version(self, name: str, version: int) -> None:
-        """Delete a version with its tags and aliases; its blob goes at the next :meth:`gc`."""
+    def delete_version(self, name: str, version: int, *, force: bool = False) -> None:
+        """Delete a version with its tags and aliases; its blob goes at the next :meth:`gc`.
+
+        A version that is a member of a registered ensemble is refused with
+        :class:`InUseError` naming the ensembles (they could no longer load), unless
+        ``force=True``.
+        """
         _check_model_name("name", name)
         _check_version("version", version)
+        check_bool("force", force)
         if version is None:
             raise InvalidParameterError("version", "delete_version needs the version to delete")
+        users = [] if force else self.ensembles_using(name, version)
+        if users:
+            shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+            raise InUseError(
+                f"{name} version {version} is a member of the ensemble version(s) {shown}, "
+                "which would no longer load; delete those first, or pass force=True"
+            )
         try:
             self.store.delete_model_version(name, version)
         except NotFoundError as exc:
             raise self._model_error(name, exc) from None
+
+    def ensembles_using(self, name: str, version: int) -> list[str]:
+        """``"ensemble:version"`` of each registered ensemble that has ``name:version`` as a member."""
+        _check_model_name("name", name)
+        _check_version("version", version)
+        member = f"{name}:{version}"
+        return [
+            f"{model}:{record.version}"
+            for model in self.store.list_models()
+            for record in self.store.list_model_versions(model)
+            if record.lineage.get("kind") == "ensemble"
+            and member in (record.lineage.get("members") or ())
+        ]
 
     def models(self) -> list[str]:
         """Names of the registered models, sorted (see :meth:`model_summaries` for more)."""
