@@ -27,7 +27,14 @@ from sklearn.linear_model import LogisticRegression
 from dmlsearch import Float, SearchCV
 from dmlsearch.dashboard import DashboardPlugin, DashboardReporter, DashboardState, page_link
 from dmlsearch.dashboard.plugin import OK
-from dmlsearch.dashboard.state import LEADERBOARD, MAX_EXPERIMENTS, MAX_FINISHED, MAX_WORKERS
+from dmlsearch.dashboard.state import (
+    LEADERBOARD,
+    MAX_EXPERIMENTS,
+    MAX_FINISHED,
+    MAX_PROMOTIONS,
+    MAX_RUNGS,
+    MAX_WORKERS,
+)
 from dmlsearch.testing import FailingClassifier
 
 
@@ -67,6 +74,61 @@ def test_state_tracks_running_finished_leaderboard_and_history():
     assert snap["per_worker"] == {"w0": 13, "w1": 13}
     state.apply({"kind": "status", "experiment": "a", "status": "complete"})
     assert state.snapshot()["experiments"][0]["in_flight"] == 0
+
+
+def test_state_counts_rung_steps_and_promotions_per_resource():
+    state = DashboardState()
+    state.apply({"kind": "experiment", "experiment": "mf", "meta": {}})
+    # [trial, rung, resource, from_resource, bracket]: three trials at 1, one promoted to 3.
+    state.apply(
+        {
+            "kind": "rung_submitted",
+            "experiment": "mf",
+            "trials": [[t, 0, 1, 0, 0] for t in range(3)],
+        }
+    )
+    state.apply(
+        [
+            {  # [trial, resource, state, value, restored]
+                "kind": "rung_ended",
+                "experiment": "mf",
+                "trials": [[0, 1, "complete", 0.5, False], [1, 1, "complete", 0.7, False]],
+            },
+            {"kind": "rung_submitted", "experiment": "mf", "trials": [[1, 1, 3, 1, 0]]},
+            {"kind": "rung_submitted", "experiment": "mf", "trials": [[1, 1, 3, 1, 0]]},  # retry
+            {"kind": "rung_ended", "experiment": "mf", "trials": [[2, 1, "failed", None, False]]},
+        ]
+    )
+    snap = state.snapshot()["experiments"][0]
+    by_resource = {r["resource"]: r for r in snap["rungs"]}
+    assert [r["resource"] for r in snap["rungs"]] == [1, 3]
+    assert by_resource[1] == {
+        "resource": 1, "rung": 0, "trials": 3, "running": 0, "complete": 2, "failed": 1,
+        "promoted": 0, "restored": 0, "best": 0.7,
+    }  # fmt: skip
+    assert (by_resource[3]["trials"], by_resource[3]["running"]) == (1, 1)
+    assert by_resource[3]["promoted"] == 1
+    assert [(p["trial"], p["from"], p["to"]) for p in snap["promotions"]] == [(1, 1, 3)]
+    # Steps an earlier run recorded (resume) count at their rung, never as running.
+    state.apply(
+        {"kind": "rung_ended", "experiment": "mf", "trials": [[7, 9, "complete", 0.9, True]]}
+    )
+    state.apply({"kind": "status", "experiment": "mf", "status": "interrupted"})
+    snap = state.snapshot()["experiments"][0]
+    by_resource = {r["resource"]: r for r in snap["rungs"]}
+    assert by_resource[9]["restored"] == by_resource[9]["trials"] == 1
+    assert by_resource[9]["best"] == 0.9
+    assert by_resource[3]["running"] == 0  # the experiment ended
+
+
+def test_rung_view_is_bounded():
+    state = DashboardState()
+    steps = [[t, 0, 1 + t, 1, 0] for t in range(MAX_RUNGS + 10)]
+    state.apply({"kind": "rung_submitted", "experiment": "mf", "trials": steps})
+    snap = state.snapshot()["experiments"][0]
+    assert len(snap["rungs"]) == MAX_RUNGS
+    assert len(snap["promotions"]) == MAX_PROMOTIONS
+    assert snap["promotions"][0]["trial"] == MAX_RUNGS - 1  # latest first, counted ones
 
 
 def test_state_is_bounded_and_keeps_experiments_apart():
@@ -507,6 +569,24 @@ def test_a_multi_fidelity_search_shows_each_rung_step(cluster, client):
         )
     }
     assert view["best"] == pytest.approx(max(search.cv_results_["mean_test_score"]))
+    # The rung view: per resource, the trials that reached it and the promotions into it.
+    r = search.cv_results_
+    rungs = {row["resource"]: row for row in view["rungs"]}
+    assert sorted(rungs) == search.n_resources_
+    for resource, candidates in zip(search.n_resources_, search.n_candidates_, strict=True):
+        row = rungs[resource]
+        assert row["trials"] == row["complete"] == candidates
+        assert row["running"] == row["failed"] == row["restored"] == 0
+        promoted = int(np.sum(r["n_resources"][r["n_resources"] == resource] > min(rungs)))
+        assert row["promoted"] == promoted
+        best = r["mean_test_score"][r["n_resources"] == resource].max()
+        assert row["best"] == pytest.approx(best)
+    assert len(view["promotions"]) == sum(row["promoted"] for row in rungs.values())
+    assert {(p["trial"], p["to"]) for p in view["promotions"]} == {
+        (int(t), int(n))
+        for t, n in zip(r["trial"], r["n_resources"], strict=True)
+        if n > min(rungs)
+    }
 
 
 @pytest.mark.cluster

@@ -108,3 +108,53 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
     assert shot.stat().st_size > 10_000
     assert dask_link == "/status"  # back to the dashboard, beside the page
     assert console_errors == []
+
+
+def test_page_shows_the_rungs_of_a_multi_fidelity_search(cluster, client):
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import SGDClassifier
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    name = f"rungs-{uuid.uuid4().hex[:6]}"
+    X, y = load_digits(return_X_y=True)
+    search = SearchCV(
+        SGDClassifier(random_state=0),
+        {"alpha": Float(1e-5, 1e-1, log=True)},
+        scheduler="asha",
+        resource="partial_fit",
+        max_resource=9,
+        n_trials=9,
+        cv=2,
+        client=client,
+        experiment_name=name,
+        progress=False,
+        random_state=0,
+    ).fit(X[:600] / 16.0, y[:600])
+    url = cluster.dashboard_link.rsplit("/", 1)[0] + "/dmlsearch"
+    console_errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: console_errors.append(str(e)))
+        page.goto(url)
+        panel = page.locator(f'section[data-experiment="{name}"]')
+        panel.locator("table.rung-counts").wait_for()
+        rows = [
+            [cell.inner_text() for cell in row.locator("td").all()]
+            for row in panel.locator("table.rung-counts tbody tr").all()
+        ]
+        promotions = panel.locator("table.rung-promotions tbody tr").count()
+        headings = panel.locator("h3").all_inner_texts()
+        ARTIFACTS.mkdir(exist_ok=True)
+        panel.screenshot(path=str(ARTIFACTS / "dashboard-rungs.png"))
+        browser.close()
+    # resource, trials, running, complete, failed, promoted in, restored, best
+    assert [(int(r[0]), int(r[1]), int(r[3])) for r in rows] == [
+        (n, c, c) for n, c in zip(search.n_resources_, search.n_candidates_, strict=True)
+    ]
+    assert promotions == sum(search.n_candidates_[1:])
+    assert "Rungs" in headings and "Latest promotions" in headings
+    assert console_errors == []

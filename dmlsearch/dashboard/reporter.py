@@ -99,8 +99,9 @@ class DashboardReporter(RunObserver):
         self.experiment = ""
         self._meta: dict[str, Any] = {}
         self._events: list[dict[str, Any]] = []
-        # ("submitted" | "ended", rows), in the order they happened: a unit may end and a
-        # unit of the same number (a trial's next rung) start within one batch.
+        # (kind, rows), in the order they happened: a unit may end and a unit of the same
+        # number (a trial's next rung) start within one batch. Kinds: "submitted",
+        # "ended", and a multi-fidelity search's "rung_submitted" and "rung_ended".
         self._units: list[tuple[str, list[list[Any]]]] = []
         self._last = 0.0
         # Shared with the client's event loop (the sender), under the lock.
@@ -194,6 +195,16 @@ class DashboardReporter(RunObserver):
                 ]
             ],
         )
+
+    def rungs_submitted(self, steps: list[tuple[int, int, int, int, int]]) -> None:
+        """Rung steps sent: ``(trial, rung, resource, from_resource, bracket)`` each."""
+        self._add("rung_submitted", [[int(v) for v in step] for step in steps])
+
+    def rung_finished(
+        self, trial: int, resource: int, state: str, value: Any, *, restored: bool = False
+    ) -> None:
+        """A rung step ended (``restored``: recorded by an earlier run, on resume)."""
+        self._add("rung_ended", [[int(trial), int(resource), str(state), _plain(value), restored]])
 
     def _add(self, kind: str, rows: list[list[Any]]) -> None:
         if self._units and self._units[-1][0] == kind:

@@ -2,7 +2,8 @@
 
 Pure Python (no Dask, no tornado), so it is tested on its own. Drivers send batches of
 events (``dict`` with a ``kind``); unknown kinds are ignored, so a newer driver can talk to
-an older scheduler and later capabilities (ASHA rungs, gang jobs) add kinds of their own.
+an older scheduler and later capabilities add kinds of their own (``rung_submitted`` and
+``rung_ended``: a multi-fidelity search's rung steps, for the rung view).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ __all__ = [
     "MAX_EXPERIMENTS",
     "MAX_FINISHED",
     "MAX_HISTORY",
+    "MAX_PROMOTIONS",
+    "MAX_RUNGS",
     "MAX_WORKERS",
     "DashboardState",
     "ExperimentView",
@@ -33,6 +36,10 @@ MAX_EXPERIMENTS = 50
 LEADERBOARD = 10
 #: Workers counted by name per experiment; later ones are counted together.
 MAX_WORKERS = 256
+#: Rungs (distinct resources) shown per experiment; steps at further ones are not counted.
+MAX_RUNGS = 64
+#: Latest promotions kept per experiment for the page (the rungs count every one).
+MAX_PROMOTIONS = 50
 
 
 def _number(value: Any) -> float | None:
@@ -57,6 +64,81 @@ class ExperimentView:
     _board: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
     history: list[tuple[float, float]] = field(default_factory=list)
     best: float | None = None
+    # A multi-fidelity search's rung view: counts per resource, the steps in flight by
+    # (trial, resource), the latest promotions.
+    rungs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    rung_running: dict[tuple[int, int], float] = field(default_factory=dict)
+    promotions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_PROMOTIONS))
+
+    def _rung(self, resource: int, rung: int = 0) -> dict[str, Any] | None:
+        row = self.rungs.get(resource)
+        if row is None and len(self.rungs) < MAX_RUNGS:
+            row = self.rungs[resource] = {
+                "resource": resource,
+                "rung": rung,
+                "trials": 0,
+                "running": 0,
+                "complete": 0,
+                "failed": 0,
+                "promoted": 0,
+                "restored": 0,
+                "best": None,
+            }
+        return row
+
+    def rung_submitted(self, steps: list[Any]) -> None:
+        """Rung steps sent: ``[trial, rung, resource, from_resource, bracket, ...]``.
+
+        A step with ``from_resource > 0`` is a promotion (into its rung); a step sent again
+        (a retry) while it runs counts once.
+        """
+        now = time.time()
+        for trial, rung, resource, start, bracket, *_ in steps:
+            key = (int(trial), int(resource))
+            row = self._rung(key[1], int(rung))
+            if row is None or key in self.rung_running:
+                continue
+            self.rung_running[key] = now
+            row["trials"] += 1
+            row["running"] += 1
+            if int(start) > 0:
+                row["promoted"] += 1
+                self.promotions.append(
+                    {
+                        "trial": key[0],
+                        "from": int(start),
+                        "to": key[1],
+                        "bracket": int(bracket),
+                        "at": now,
+                    }
+                )
+
+    def rung_ended(self, steps: list[Any]) -> None:
+        """Rung steps ended: ``[trial, resource, state, value, restored, ...]``.
+
+        ``restored``: recorded by an earlier run of the experiment (resume), never sent
+        in this one.
+        """
+        for trial, resource, state, value, *rest in steps:
+            key = (int(trial), int(resource))
+            row = self._rung(key[1])
+            if row is None:
+                continue
+            if self.rung_running.pop(key, None) is not None:
+                row["running"] -= 1
+            else:  # restored, or its start never reached this page
+                row["trials"] += 1
+                row["restored"] += int(bool(rest and rest[0] is True))
+            row["complete" if str(state) == "complete" else "failed"] += 1
+            v = _number(value)
+            if v is not None and (row["best"] is None or v > row["best"]):
+                row["best"] = v
+
+    def stop_rungs(self) -> None:
+        """The experiment ended: no step of it runs any more."""
+        self.rung_running.clear()
+        for row in self.rungs.values():
+            row["running"] = 0
 
     def submitted(self, trials: list[Any]) -> None:
         now = time.time()
@@ -118,6 +200,8 @@ class ExperimentView:
             "leaderboard": self.leaderboard,
             "history": self.history,
             "per_worker": dict(self.per_worker),
+            "rungs": [dict(self.rungs[r]) for r in sorted(self.rungs)],
+            "promotions": list(reversed(self.promotions)),
         }
 
 
@@ -159,10 +243,15 @@ class DashboardState:
                     view.submitted(list(event.get("trials") or []))
                 elif kind == "ended":
                     view.ended(list(event.get("trials") or []))
+                elif kind == "rung_submitted":
+                    view.rung_submitted(list(event.get("trials") or []))
+                elif kind == "rung_ended":
+                    view.rung_ended(list(event.get("trials") or []))
                 elif kind == "status":
                     view.status = str(event.get("status"))
                     if view.status != "running":
                         view.running.clear()
+                        view.stop_rungs()
             except (TypeError, ValueError):
                 continue  # a malformed batch from some client: the page must stay up
 

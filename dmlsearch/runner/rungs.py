@@ -161,6 +161,8 @@ class RungSource(UnitSource[RungSpec, RungResult]):
                 self.results[trial].append(Result(step.rung, step.resource, value))
             else:
                 self.failed.add(trial)
+            if self.observer is not None:
+                self.observer.rung_finished(trial, step.resource, step.state, value, restored=True)
         if not self.results:
             return
         if self.steps is not None:
@@ -239,6 +241,12 @@ class RungSource(UnitSource[RungSpec, RungResult]):
     # -- recording -------------------------------------------------------------------------
     def submitted(self, units: list[Unit[RungSpec]]) -> None:
         if self.observer is not None:
+            self.observer.rungs_submitted(
+                [
+                    (s.trial, s.rung, s.resource, s.from_resource, s.bracket)
+                    for s in (u.payload for u in units)
+                ]
+            )
             self.observer.units_submitted(
                 [
                     (
@@ -274,6 +282,7 @@ class RungSource(UnitSource[RungSpec, RungResult]):
             self.observer.unit_finished(
                 trial, result.state, value, result.worker, result.duration, result.error
             )
+            self.observer.rung_finished(trial, result.resource, result.state, value)
         if self.steps is not None:
             self._stop_poor_trials()
         self._settle()
