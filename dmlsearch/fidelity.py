@@ -5,8 +5,9 @@
 * ``"partial_fit"``: calls of ``partial_fit`` over the training data (epochs);
 * an estimator parameter, e.g. ``"n_estimators"`` (scikit-learn ensembles with
   ``warm_start``, which the helper sets; xgboost's boosting rounds, continued from the
-  previous booster) or ``"max_iter"``; in a Pipeline, the step's parameter
-  (``"clf__n_estimators"``);
+  previous booster), ``"max_iter"`` or ``"max_epochs"`` (torch epochs of skorch nets such
+  as ``dmlsearch.training.TorchClassifier``, continued on the trained module); in a
+  Pipeline, the step's parameter (``"clf__n_estimators"``);
 * ``"n_samples"``: training rows, a deterministic subsample by seed (as scikit-learn's
   Halving searches).
 
@@ -36,6 +37,7 @@ __all__ = [
     "RESOURCES",
     "TrainStep",
     "check_resource",
+    "is_torch_net",
     "is_xgboost",
     "subsample",
     "train",
@@ -212,6 +214,43 @@ def _continue_xgboost(
     return TrainStep(model, resource, previous, True, resource - previous)
 
 
+def is_torch_net(estimator: Any) -> bool:
+    """Whether ``estimator`` is a skorch net (``dmlsearch.training.TorchClassifier``, ...).
+
+    Tested by the modules of its classes, so that this module never imports skorch.
+    """
+    return any(cls.__module__.split(".")[0] == "skorch" for cls in type(estimator).__mro__)
+
+
+def _torch_epochs(state: Any, param: str) -> bool:
+    """Whether ``param`` counts a skorch net's epochs (its ``max_epochs``)."""
+    return param.rpartition("__")[2] == "max_epochs" and is_torch_net(_step_of(state, param))
+
+
+def _train_epochs(
+    state: Any, X: Any, y: Any, resource: int, previous: int, param: str, fit_params: dict[str, Any]
+) -> TrainStep:
+    """Train a skorch net to ``resource`` epochs, continuing the module trained to ``previous``.
+
+    A fitted net continues with ``warm_start`` for ``resource - previous`` more epochs (the
+    same module, optimizer state and history); then ``max_epochs`` is set back to the
+    total and ``warm_start`` to what it was, so the model says what it holds.
+    """
+    if previous > 0 and _is_fitted(state):
+        model = copy.deepcopy(state)
+        if resource > previous:
+            warm = _warm_start_key(param)
+            was = model.get_params(deep=True)[warm]
+            model.set_params(**{param: resource - previous, warm: True})
+            model.fit(X, y, **fit_params)
+            model.set_params(**{param: resource, warm: was})
+        return TrainStep(model, resource, previous, True, resource - previous)
+    model = _fresh(state)
+    model.set_params(**{param: resource})
+    model.fit(X, y, **fit_params)
+    return TrainStep(model, resource, previous, False, resource)
+
+
 def train_param(
     state: Any,
     X: Any,
@@ -229,11 +268,15 @@ def train_param(
     ``resource`` at once, for a fixed ``random_state``); an iterative solver runs
     ``resource - previous`` more iterations from its previous solution. xgboost's
     ``n_estimators`` (boosting rounds) continue from the previous booster, the same model
-    as ``resource`` rounds at once. Otherwise the model is refitted with ``param = resource``.
+    as ``resource`` rounds at once; a skorch net's ``max_epochs`` train ``resource -
+    previous`` more epochs on its module (:func:`is_torch_net`). Otherwise the model is
+    refitted with ``param = resource``.
     """
     resource, previous = _check_budget(resource, previous)
     check_resource(param, state)
     fit_params = dict(fit_params or {})
+    if _torch_epochs(state, param):
+        return _train_epochs(state, X, y, resource, previous, param, fit_params)
     if _xgboost_rounds(state, param) and previous > 0 and _is_fitted(state):
         if resource == previous:
             return TrainStep(copy.deepcopy(state), resource, previous, True, 0)

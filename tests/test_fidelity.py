@@ -290,38 +290,158 @@ def test_xgboost_from_an_unfitted_state_refits() -> None:
     assert step.estimator.get_booster().num_boosted_rounds() == 5
 
 
-@pytest.mark.cluster
-def test_search_cv_asha_on_xgboost_rounds_trains_each_round_once() -> None:
+def _asha_counts_each_unit_once(estimator: Any, space: Any, **search: Any) -> tuple[Any, int]:
+    """Run ``SearchCV(scheduler="asha", ...)`` on ``X, Y`` and check no rung refits from zero.
+
+    On a 2-worker cluster without work stealing (a promotion runs where its state is, so
+    the counts are exact). Returns the search and the sum over trials of the highest
+    resource each reached, which the work done across rungs must equal.
+    """
     import dask
     from distributed import Client
 
-    from dmlsearch import Float, SearchCV
+    from dmlsearch import SearchCV
     from dmlsearch.testing import local_cluster
 
-    xgboost = pytest.importorskip("xgboost")
-    # No work stealing: a promotion runs where its booster is, so the counts are exact.
     with dask.config.set({"distributed.scheduler.work-stealing": False}):
         cluster = local_cluster(2)
     with cluster, Client(cluster, set_as_default=False) as client:
-        search = SearchCV(
-            xgboost.XGBClassifier(max_depth=2, tree_method="hist", random_state=0, n_jobs=1),
-            {"learning_rate": Float(0.05, 0.5, log=True)},
+        fitted = SearchCV(
+            estimator,
+            space,
             scheduler="asha",
-            resource="n_estimators",
-            min_resource=2,
-            max_resource=18,
             n_trials=9,
-            cv=3,
             random_state=0,
             client=client,
             progress=False,
             dashboard=False,
+            **search,
         ).fit(X, Y)
-    r = search.cv_results_
+    r = fitted.cv_results_
     highest: dict[int, int] = {}
     for trial, resource in zip(r["trial"], r["n_resources"], strict=True):
         highest[int(trial)] = max(highest.get(int(trial), 0), int(resource))
-    assert (r["n_resources"] > 2).any()
+    first = search["min_resource"]
+    assert (r["n_resources"] > first).any()
     assert float(np.sum(r["work"])) == sum(highest.values())  # no refit from zero
-    assert r["continued"][r["n_resources"] > 2].all()
+    assert r["continued"][r["n_resources"] > first].all()
+    return fitted, sum(highest.values())
+
+
+@pytest.mark.cluster
+def test_search_cv_asha_on_xgboost_rounds_trains_each_round_once() -> None:
+    from dmlsearch import Float
+
+    xgboost = pytest.importorskip("xgboost")
+    search, _ = _asha_counts_each_unit_once(
+        xgboost.XGBClassifier(max_depth=2, tree_method="hist", random_state=0, n_jobs=1),
+        {"learning_rate": Float(0.05, 0.5, log=True)},
+        resource="n_estimators",
+        min_resource=2,
+        max_resource=18,
+        cv=3,
+    )
     assert search.best_estimator_.get_booster().num_boosted_rounds() == search.best_resource_
+
+
+# ---------------------------------------------------------------- torch epochs (skorch nets)
+
+
+def _torch_net(**kwargs: Any) -> Any:
+    """A TorchClassifier of a tiny MLP whose every epoch appends to ``EPOCHS``."""
+    pytest.importorskip("skorch")
+    import torch
+    from skorch.callbacks import Callback
+
+    from dmlsearch.training import TorchClassifier
+
+    class CountEpochs(Callback):  # type: ignore[misc]
+        def on_epoch_end(self, net: Any, **_: Any) -> None:
+            EPOCHS.append(1)
+
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    params = {"lr": 0.05, "batch_size": 32, "random_state": 0, "callbacks": [CountEpochs()]}
+    return TorchClassifier(module, **{**params, **kwargs})
+
+
+#: Epochs trained by every _torch_net in this process, all instances together.
+EPOCHS: list[int] = []
+
+
+def _weights(net: Any) -> list[Any]:
+    return list(net.module_.state_dict().values())
+
+
+def test_torch_epochs_continue_on_the_trained_module_and_count_each_epoch_once() -> None:
+    import torch
+
+    net = _torch_net()
+    assert check_resource("max_epochs", net) == "max_epochs"
+    EPOCHS.clear()
+    steps = [train_param(net, X, Y, 1, param="max_epochs")]
+    for low, high in ((1, 3), (3, 9)):
+        steps.append(train_param(steps[-1].estimator, X, Y, high, low, param="max_epochs"))
+    assert [(s.continued, s.work) for s in steps] == [(False, 1), (True, 2), (True, 6)]
+    # The work across rungs is the work of the highest rung: 9 epochs, not 1 + 3 + 9.
+    assert len(EPOCHS) == 9 == sum(s.work for s in steps)
+    model = steps[-1].estimator
+    assert len(model.history) == 9
+    # The model says what it holds; warm_start is the user's again.
+    assert model.max_epochs == 9 and model.warm_start is False
+    # Same module as 9 epochs at once (random_state fixes every epoch's shuffling).
+    once = train_param(net, X, Y, 9, param="max_epochs").estimator
+    assert all(torch.equal(a, b) for a, b in zip(_weights(model), _weights(once), strict=True))
+    # The states it continued from are untouched.
+    assert [len(s.estimator.history) for s in steps] == [1, 3, 9]
+
+
+def test_torch_epochs_continue_inside_a_pipeline() -> None:
+    pipe = make_pipeline(StandardScaler(), _torch_net())
+    param = "torchclassifier__max_epochs"
+    first = train_param(pipe, X, Y, 2, param=param)
+    EPOCHS.clear()
+    step = train_param(first.estimator, X, Y, 5, 2, param=param)
+    assert (step.continued, step.work, len(EPOCHS)) == (True, 3, 3)
+    assert len(step.estimator[-1].history) == 5
+    same = train_param(step.estimator, X, Y, 5, 5, param=param)
+    assert (same.continued, same.work) == (True, 0)
+
+
+def test_torch_epochs_from_an_unfitted_state_train_from_scratch() -> None:
+    EPOCHS.clear()
+    step = train_param(_torch_net(), X, Y, 4, 2, param="max_epochs")
+    assert (step.continued, step.work, len(EPOCHS)) == (False, 4, 4)
+
+
+@pytest.mark.cluster
+def test_search_cv_asha_on_torch_epochs_trains_each_epoch_once(tmp_path: Any) -> None:
+    pytest.importorskip("skorch")
+    from skorch.callbacks import Callback
+
+    from dmlsearch import Float
+
+    log = str(tmp_path / "epochs.log")
+
+    class EpochLog(Callback):  # type: ignore[misc]
+        """Appends a line per epoch to a file: counts epochs in every worker process."""
+
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def on_epoch_end(self, net: Any, **_: Any) -> None:
+            with open(self.path, "a") as fh:
+                fh.write("1\n")
+
+    search, highest = _asha_counts_each_unit_once(
+        _torch_net(callbacks=[EpochLog(log)], batch_size=64),
+        {"lr": Float(1e-3, 0.3, log=True)},
+        resource="max_epochs",
+        min_resource=1,
+        max_resource=9,
+        cv=2,
+    )
+    # Counted by the nets themselves: each fold's epochs once, plus the refit of the best.
+    with open(log) as fh:
+        epochs = len(fh.readlines())
+    assert epochs == 2 * highest + search.best_resource_
+    assert len(search.best_estimator_.history) == search.best_resource_
