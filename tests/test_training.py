@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
@@ -17,11 +18,14 @@ import pytest
 import torch
 from distributed import Client
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 
+from dmlsearch._recording import data_fingerprint
 from dmlsearch.exceptions import InvalidParameterError, NotSupportedError, TrainingError
 from dmlsearch.registry import Registry
 from dmlsearch.runner.gang import METADATA_KEY
 from dmlsearch.testing import local_cluster
+from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
 from dmlsearch.training import DataParallelTrainer
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -184,6 +188,7 @@ def test_shuffle_is_reproducible_with_random_state(
         ),
         ({"average_every": 0}, InvalidParameterError, "average_every: expected an int >= 1"),
         ({"epochs": 0}, InvalidParameterError, "epochs: expected an int >= 1"),
+        ({"model_name": " "}, InvalidParameterError, "model_name: expected a non-empty"),
         ({"batch_size": 0}, InvalidParameterError, "batch_size: expected an int >= 1"),
         ({"optimizer_fn": lambda p: None}, InvalidParameterError, "torch.optim.Optimizer"),
         ({"loss_fn": torch.nn.functional.cross_entropy}, InvalidParameterError, "fail on a batch"),
@@ -240,6 +245,59 @@ def test_checkpoints_kept_on_driver_or_in_the_registry(
         for name, value in r.model_.state_dict().items():
             assert torch.equal(state["model"][name], value)
     assert trainer(client, checkpoint_every=None).fit(*data).checkpoint_ is None
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def registry(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Registry]:
+    artifacts = str(tmp_path / "artifacts")
+    if request.param == "sqlite":
+        with Registry(f"sqlite:///{tmp_path / 'reg.db'}", artifacts) as reg:
+            yield reg
+    else:
+        url = os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)
+        with postgres_schema(url) as schema_url, Registry(schema_url, artifacts) as reg:
+            yield reg
+
+
+def test_the_trained_model_is_registered_with_its_lineage_and_curves(
+    client: Client, data: tuple[np.ndarray, np.ndarray], registry: Registry
+) -> None:
+    X, y = data
+    fitted = trainer(client, epochs=3, registry=registry, model_name="mlp").fit(X, y)
+    record = fitted.model_version_
+    assert record is not None and (record.model, record.version) == ("mlp", 1)
+    stored = registry.model_version("mlp")
+    lineage = stored.lineage
+    assert lineage["data_fingerprint"] == data_fingerprint(X, y)
+    assert (lineage["sync"], lineage["world_size"], lineage["epochs"]) == ("allreduce", 2, 3)
+    assert lineage["batch_size"] == B and lineage["random_state"] == SEED
+    assert lineage["checkpoint"]["sha256"] == fitted.checkpoint_.sha256
+    # The per-epoch curves, as the trainer measured them.
+    assert [e["epoch"] for e in lineage["history"]] == [1, 2, 3]
+    assert [e["loss"] for e in lineage["history"]] == [e["loss"] for e in fitted.history_]
+    assert stored.metrics["loss"] == fitted.history_[-1]["loss"]
+    assert stored.signature == {"n_features": D, "dtype": "float32"}
+    # Loaded into a fresh module, it is the trained model.
+    loaded = registry.load_model("mlp", module=model_fn())
+    assert_weights(loaded, [p.detach() for p in fitted.model_.parameters()])
+    with torch.no_grad():
+        assert torch.equal(loaded(torch.from_numpy(X)), fitted.model_(torch.from_numpy(X)))
+    # Registering again (another name, or the same one) adds a version.
+    again = fitted.register()
+    assert (again.model, again.version) == ("mlp", 2)
+    other = fitted.register("mlp-average", registry)
+    assert other.lineage["history"] == lineage["history"]
+
+
+def test_register_needs_a_fitted_trainer_and_a_registry(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    with pytest.raises(NotFittedError):
+        trainer(client).register("x")
+    fitted = trainer(client, epochs=1).fit(*data)
+    assert fitted.model_version_ is None  # no registry: nothing registered
+    with pytest.raises(InvalidParameterError, match="registry"):
+        fitted.register("x")
 
 
 class Killer(threading.Thread):

@@ -6,7 +6,9 @@ worker, and runs one rank per worker: ``torch.distributed`` over gloo, rendezvou
 port chosen at run time on rank 0's host. Rank 0 hands a checkpoint to the driver every
 ``checkpoint_every`` epochs; the driver keeps the last (or stores each in the registry's
 artifact store). A rank that raises or whose worker leaves ends ``fit`` within seconds
-with :class:`~dmlsearch.exceptions.TrainingError` naming the worker.
+with :class:`~dmlsearch.exceptions.TrainingError` naming the worker. With a ``registry``,
+the trained model is registered at the end with its lineage (data fingerprint, sync mode,
+world size, epochs) and its per-epoch curves.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import contextlib
 import difflib
 import logging
 import numbers
+import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +26,9 @@ import torch
 from distributed import Client
 from distributed.comm import get_address_host
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
+from .._recording import data_fingerprint, input_signature
 from ..ensemble._common import check_bool, entropy_of
 from ..exceptions import (
     GangError,
@@ -30,6 +36,7 @@ from ..exceptions import (
     InvalidParameterError,
     TrainingError,
 )
+from ..registry import FormatError, ModelVersionRecord, RegistryError
 from ..runner.cluster import resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
@@ -64,6 +71,11 @@ def _check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
         raise InvalidParameterError(name, f"expected an int >= {low}{extra}, got {value!r}")
 
 
+def _check_name(name: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidParameterError(name, f"expected a non-empty model name or None, got {value!r}")
+
+
 def _check_sync(sync: Any, staleness: Any) -> None:
     if sync not in SYNCS:
         close = difflib.get_close_matches(str(sync), SYNCS, n=1)
@@ -93,6 +105,11 @@ class DataParallelTrainer(BaseEstimator):
     ``elastic=True``: when a rank's worker is lost, training resumes from the last
     checkpoint (or from the start) on the workers the cluster has then (at most
     ``n_workers``, up to 3 times); a rank that raises is never resumed.
+
+    ``registry``: checkpoints go to its artifact store, and ``fit`` ends by registering
+    ``model_`` as the next version of ``model_name`` (default ``<module class>-<random
+    suffix>``), as :meth:`register` does; ``model_version_`` is its record (``None``
+    without a registry, or when registering failed: a warning says why).
     """
 
     def __init__(
@@ -114,6 +131,7 @@ class DataParallelTrainer(BaseEstimator):
         registry: Any = None,
         timeout: float = 60.0,
         elastic: bool = False,
+        model_name: str | None = None,
     ) -> None:
         self.model_fn = model_fn
         self.loss_fn = loss_fn
@@ -131,6 +149,7 @@ class DataParallelTrainer(BaseEstimator):
         self.registry = registry
         self.timeout = timeout
         self.elastic = elastic
+        self.model_name = model_name
 
     def __sklearn_clone__(self) -> DataParallelTrainer:
         # The client and the registry are handles to shared services: shared, not copied.
@@ -165,6 +184,7 @@ class DataParallelTrainer(BaseEstimator):
             raise InvalidParameterError(
                 "registry", f"expected a dmlsearch Registry or None, got {self.registry!r}"
             )
+        _check_name("model_name", self.model_name)
 
     def _initial_model(self, seed: int, X: Any, y: Any) -> torch.nn.Module:
         """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
@@ -201,6 +221,8 @@ class DataParallelTrainer(BaseEstimator):
         self._check_params()
         w = int(self.n_workers)
         Xa, ya = check_data(X, y, w * int(self.batch_size))
+        self.data_fingerprint_ = data_fingerprint(Xa, ya)
+        self.signature_ = input_signature(Xa)
         seed = entropy_of(self.random_state) % (2**31 - 1)
         model = self._initial_model(seed, Xa, ya)
         self.checkpoint_: Checkpoint | None = None
@@ -211,7 +233,74 @@ class DataParallelTrainer(BaseEstimator):
         self.model_ = model
         self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
         self.n_workers_ = k
+        self.model_version_: ModelVersionRecord | None = None
+        if self.registry is not None:
+            try:
+                self.register()
+            except (FormatError, RegistryError) as exc:
+                # A finished training is never lost to the registry: model_ is here.
+                warnings.warn(f"model_ was not registered: {exc}", UserWarning, stacklevel=2)
         return self
+
+    def register(self, name: str | None = None, registry: Any = None) -> ModelVersionRecord:
+        """Register ``model_`` (its ``state_dict``) as the next version of ``name``.
+
+        ``name`` defaults to ``model_name``, else ``<module class>-<random suffix>``;
+        ``registry`` to the trainer's. The version's lineage holds the data fingerprint,
+        ``sync`` (with ``average_every``/``staleness``), ``world_size``, ``epochs``,
+        ``batch_size`` (per rank), the resumes of an elastic fit, the last checkpoint's
+        sha256 and ``history`` (the per-epoch curves); its metrics the final ``loss`` and
+        mean ``samples_per_s``. Load it back with
+        ``registry.load_model(name, module=model_fn())``. Sets and returns
+        ``model_version_``; registry errors are raised.
+        """
+        if not hasattr(self, "model_"):
+            raise NotFittedError("register needs a fitted trainer: call fit first")
+        registry = self.registry if registry is None else registry
+        if registry is None or not hasattr(registry, "register_model"):
+            raise InvalidParameterError(
+                "registry", f"expected a dmlsearch Registry to register into, got {registry!r}"
+            )
+        _check_name("name", name)
+        name = name or self.model_name or f"{type(self.model_).__name__}-{uuid.uuid4().hex[:8]}"
+        self.model_version_ = registry.register_model(
+            name,
+            self.model_,
+            metrics=self._metrics(),
+            data_fingerprint=self.data_fingerprint_,
+            signature=self.signature_,
+            lineage=self._lineage(),
+        )
+        return self.model_version_
+
+    def _metrics(self) -> dict[str, float]:
+        rates = [e["samples_per_s"] for e in self.history_]
+        return {
+            "loss": float(self.history_[-1]["loss"]),
+            "samples_per_s": float(sum(rates) / len(rates)),
+        }
+
+    def _lineage(self) -> dict[str, Any]:
+        sync: dict[str, Any] = {"sync": self.sync}
+        if self.sync == "average":
+            sync["average_every"] = int(self.average_every)
+        elif self.sync == "ssp":
+            sync["staleness"] = self.staleness
+        last = self.checkpoint_
+        return {
+            "source": "dmlsearch.training.DataParallelTrainer",
+            **sync,
+            "world_size": int(self.n_workers_),
+            "epochs": len(self.history_),
+            "batch_size": int(self.batch_size),
+            "shuffle": bool(self.shuffle),
+            "random_state": self.random_state
+            if isinstance(self.random_state, numbers.Integral)
+            else None,
+            "resumed": list(self.resumed_),
+            "checkpoint": None if last is None else {"epoch": last.epoch, "sha256": last.sha256},
+            "history": [dict(e) for e in self.history_],
+        }
 
     def _keep(self, checkpoint: Checkpoint) -> None:
         self.checkpoint_ = checkpoint
