@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone, is_classifier, is_regressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from dmlsearch import Categorical, Float, Int, SearchCV
 from dmlsearch.exceptions import InvalidParameterError
@@ -78,6 +80,14 @@ def test_clone_and_params_round_trip() -> None:
     twin.set_params(module__hidden=7, lr=0.1, optimizer__weight_decay=1e-4)
     assert (twin.module__hidden, twin.lr, twin.optimizer__weight_decay) == (7, 0.1, 1e-4)
     assert is_classifier(net) and is_regressor(TorchRegressor(MLP))
+
+
+
+def test_a_pipeline_sets_module_arguments_it_was_not_given() -> None:
+    # Pipeline.set_params accepts only names its steps' get_params lists.
+    pipe = make_pipeline(StandardScaler(), TorchClassifier(MLP))
+    pipe.set_params(torchclassifier__module__hidden=9, torchclassifier__optimizer__eps=1e-6)
+    assert (pipe[-1].module__hidden, pipe[-1].optimizer__eps) == (9, 1e-6)
 
 
 def test_classifier_takes_any_labels_and_float64(data: tuple[np.ndarray, np.ndarray]) -> None:
