@@ -312,8 +312,11 @@ def run_dml(
     t0 = time.perf_counter()
     search.fit(X_train, y_train)
     wall = time.perf_counter() - t0
-    promoted = np.asarray(search.cv_results_["iter"]) > 0
-    continued = np.asarray(search.cv_results_["continued"], dtype=bool)[promoted]
+    # A promotion is every row of a trial after its first (``iter > 0`` would also count
+    # Hyperband's brackets that start above the smallest resource); a start never continues.
+    rows = search.cv_results_["trial"]
+    promotions = len(rows) - len(set(np.asarray(rows).tolist()))
+    continued = int(np.sum(np.asarray(search.cv_results_["continued"], dtype=bool)))
     return {
         "wall": wall,
         "budget": float(search.total_work_) * N_FOLDS * w.fold_rows(),
@@ -322,7 +325,7 @@ def run_dml(
         "val": float(search.best_score_),
         "params": dict(search.best_params_),
         "resource": int(search.best_resource_),
-        "note": f"{int(continued.sum())}/{len(continued)} promotions continued",
+        "note": f"{continued}/{promotions} promotions continued",
     }
 
 
