@@ -1,0 +1,276 @@
+"""Plots over the search space: parallel coordinates and parameter importance (fANOVA)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..registry._base import COMPLETE, TrialRecord
+from ._common import (
+    _ABSENT,
+    _IMPORTANCE_DEPTH,
+    _IMPORTANCE_TREES,
+    _IMPORTANCE_TRIALS,
+    _KEEP_BEST,
+    MAX_LINES,
+    _colour,
+    _figure,
+    _finite,
+    _is_number,
+    _label,
+    _last_line,
+    _message,
+    _score,
+    _text,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..registry import Registry
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """One parallel-coordinates axis: positions in [0, 1] (NaN where absent) and ticks."""
+
+    positions: np.ndarray
+    ticks: list[float]
+    labels: list[str]
+    log: bool = False
+
+
+def _level_key(value: Any) -> tuple[int, float, str]:
+    # Numbers in numeric order first, then everything else by its text.
+    if _finite(value):
+        return (0, float(value), repr(value))
+    return (1, 0.0, _text(value) + "\0" + type(value).__name__)
+
+
+def _categorical_axis(values: Sequence[Any]) -> _Axis:
+    present = [v for v in values if v is not _ABSENT]
+    levels: dict[tuple[int, float, str], Any] = {}
+    for v in present:
+        levels.setdefault(_level_key(v), v)
+    keys = sorted(levels)
+    where = {k: (i / (len(keys) - 1) if len(keys) > 1 else 0.5) for i, k in enumerate(keys)}
+    positions = np.array(
+        [math.nan if v is _ABSENT else where[_level_key(v)] for v in values], dtype=float
+    )
+    step = max(1, math.ceil(len(keys) / 15))  # at most ~15 readable labels
+    shown = keys[::step]
+    return _Axis(positions, [where[k] for k in shown], [_label(levels[k], 18) for k in shown])
+
+
+def _numeric_axis(values: Sequence[Any]) -> _Axis:
+    """Numbers scaled to [0, 1]; None, NaN or infinities get slots of their own below."""
+    numbers = np.array([float(v) if _finite(v) else math.nan for v in values])
+    present = numbers[np.isfinite(numbers)]
+    specials: dict[str, float] = {}
+    for v in values:
+        if v is not _ABSENT and not _finite(v):
+            specials.setdefault(_text(v), 0.1 * len(specials))
+    base = 0.1 * len(specials) + (0.1 if specials else 0.0)
+    lo, hi = float(present.min()), float(present.max())
+    log = lo > 0 and hi / lo > 100
+    ticks: list[float] = []
+    labels: list[str] = []
+    if hi > lo:
+        s_lo, s_hi = (math.log10(lo), math.log10(hi)) if log else (lo, hi)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scaled = np.log10(numbers) if log else numbers
+        positions = base + (1 - base) * (scaled - s_lo) / (s_hi - s_lo)
+        distinct = np.unique(present)
+        if len(distinct) <= 8:  # a few values (integers, a grid): label each of them
+            marks = [float(m) for m in distinct]
+        elif log:
+            decades = list(range(math.ceil(s_lo), math.floor(s_hi) + 1))
+            marks = [10.0**d for d in decades[:: max(1, math.ceil(len(decades) / 7))]]
+        else:
+            marks = [float(m) for m in np.linspace(lo, hi, 5)]
+        for m in marks:
+            s = math.log10(m) if log else m
+            ticks.append(base + (1 - base) * (s - s_lo) / (s_hi - s_lo))
+            labels.append(f"{m:.3g}")
+    else:
+        middle = base + (1 - base) / 2
+        positions = np.where(np.isfinite(numbers), middle, math.nan)
+        ticks, labels = [middle], [f"{lo:.3g}"]
+    for i, v in enumerate(values):
+        if v is not _ABSENT and not _finite(v):
+            positions[i] = specials[_text(v)]
+    for text, where in specials.items():
+        ticks.append(where)
+        labels.append(_label(text, 18))
+    return _Axis(positions, ticks, labels, log)
+
+
+def _axis(values: Sequence[Any]) -> _Axis:
+    """A numeric axis when the set values are numbers (None/NaN allowed), else categorical."""
+    present = [v for v in values if v is not _ABSENT]
+    numeric = any(_finite(v) for v in present) and all(v is None or _is_number(v) for v in present)
+    return _numeric_axis(values) if numeric else _categorical_axis(values)
+
+
+def _sample(values: np.ndarray, rng_seed: int = 0) -> tuple[np.ndarray, str]:
+    """Indices of the trials to draw (best last, so on top) and the caption saying so."""
+    order = np.argsort(-values, kind="stable")
+    if len(values) <= MAX_LINES:
+        return order[::-1], ""
+    rng = np.random.default_rng(rng_seed)
+    rest = rng.choice(order[_KEEP_BEST:], size=MAX_LINES - _KEEP_BEST, replace=False)
+    chosen = np.concatenate([order[:_KEEP_BEST], rest])
+    chosen = chosen[np.argsort(values[chosen], kind="stable")]
+    caption = (
+        f"{MAX_LINES:,} of {len(values):,} completed trials drawn: the {_KEEP_BEST} best and "
+        f"a random sample of the others. Axis ranges cover every completed trial."
+    )
+    return chosen, caption
+
+
+def _plot_parallel(trials: Sequence[TrialRecord], params: Sequence[str]) -> tuple[Figure, str]:
+    """One vertical axis per parameter and one for the objective; a line per scored trial."""
+    scored = [t for t in trials if math.isfinite(_score(t))]
+    if not scored or not params:
+        fig = _figure(7.0, 2.5)
+        _message(fig, "no completed trial with parameters to draw")
+        return fig, ""
+    values = np.array([_score(t) for t in scored])
+    axes = [_axis([t.params.get(p, _ABSENT) for t in scored]) for p in params]
+    axes.append(_numeric_axis(list(values)))
+    grid = np.column_stack([a.positions for a in axes])
+    chosen, caption = _sample(values)
+
+    import matplotlib
+    from matplotlib import cm, colors
+    from matplotlib.collections import LineCollection
+
+    fig = _figure(min(24.0, max(6.0, 1.5 * len(axes) + 1.5)), 4.5)
+    ax = fig.add_subplot()
+    xs = np.arange(len(axes), dtype=float)
+    segments = []
+    for row in grid[chosen]:
+        ok = np.isfinite(row)  # a conditional parameter this trial did not set: skip its axis
+        segments.append(np.column_stack([xs[ok], row[ok]]))
+    low, high = float(values.min()), float(values.max())
+    norm = colors.Normalize(vmin=low, vmax=high if high > low else low + 1e-12)
+    cmap = matplotlib.colormaps["viridis"]
+    alpha = 0.7 if len(chosen) <= 200 else 0.35
+    ax.add_collection(
+        LineCollection(segments, colors=cmap(norm(values[chosen])), linewidths=1, alpha=alpha)
+    )
+    for x, a in zip(xs, axes, strict=True):
+        ax.axvline(x, color="grey", linewidth=0.8)
+        for tick, text in zip(a.ticks, a.labels, strict=True):
+            ax.text(
+                x + 0.04,
+                tick,
+                text,
+                fontsize=7,
+                va="center",
+                bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 0.5},
+            )
+    names = [
+        _label(p, 20) + (" (log)" if a.log else "") for p, a in zip(params, axes, strict=False)
+    ]
+    ax.set_xticks(xs, [*names, "objective"], rotation=20, ha="right")
+    ax.set_yticks([])
+    ax.set_xlim(-0.1, len(axes) - 0.4)
+    ax.set_ylim(-0.05, 1.05)
+    for side in ("left", "right", "top", "bottom"):
+        ax.spines[side].set_visible(False)
+    fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="objective", pad=0.02)
+    return fig, caption
+
+
+def _importance(
+    registry: Registry, exp_id: int, trials: Sequence[TrialRecord], params: Sequence[str]
+) -> tuple[dict[str, float] | str, str]:
+    """fANOVA importances through Optuna (or why there are none) and a caption."""
+    scored = [t for t in trials if math.isfinite(_score(t))]
+    if len(scored) < 2:
+        return (
+            f"not enough completed trials: importance needs at least 2, "
+            f"this experiment has {len(scored)}",
+            "",
+        )
+    if len({_score(t) for t in scored}) < 2:
+        return "every completed trial has the same objective: there is nothing to explain", ""
+    # fANOVA needs each parameter in every trial it looks at, and one that never varies
+    # would only absorb noise (Optuna then reports it at 1.0, or fails on zero variance).
+    everywhere = [p for p in params if all(p in t.params for t in scored)]
+    varying = [p for p in everywhere if len({_level_key(t.params[p]) for t in scored}) > 1]
+    conditional = [p for p in params if p not in everywhere]
+    note = (
+        f"Left out, not set in every completed trial: {', '.join(conditional)}."
+        if conditional
+        else ""
+    )
+    if not varying:
+        return "no parameter both varies and is set in every completed trial", note
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    from ..strategies.optuna import _quiet_optuna
+
+    try:
+        with _quiet_optuna(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            study = registry.to_optuna(exp_id)
+            # No deep copy: study.trials copies every trial, seconds for thousands.
+            complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            done = [t for t in complete if _finite(t.value)]
+            if len(done) > _IMPORTANCE_TRIALS:
+                picked = np.random.default_rng(0).choice(
+                    len(done), _IMPORTANCE_TRIALS, replace=False
+                )
+                done = [done[i] for i in sorted(picked)]
+            if len(done) < len(complete):
+                study = optuna.create_study(direction="maximize")
+                study.add_trials(done)
+            importances = get_param_importances(
+                study,
+                evaluator=FanovaImportanceEvaluator(
+                    n_trees=_IMPORTANCE_TREES, max_depth=_IMPORTANCE_DEPTH, seed=0
+                ),
+                params=varying,
+            )
+    # ValueError: a value Optuna's distributions reject; RuntimeError: fANOVA found zero
+    # variance in every tree. Both mean "no importances", not a failed report.
+    except (ValueError, RuntimeError, optuna.exceptions.OptunaError) as exc:
+        return f"importances could not be computed: {_last_line(exc)}", note
+    if not importances:
+        return "no parameter is set in every completed trial", note
+    over = (
+        f"a random sample of {len(done):,} of the {len(scored):,} completed trials"
+        if len(done) < len(scored)
+        else f"{len(scored):,} completed trials"
+    )
+    caption = (
+        f"fANOVA ({_IMPORTANCE_TREES} trees of depth {_IMPORTANCE_DEPTH}, seed 0) over {over}, "
+        f"normalised to sum to 1. {note}"
+    ).strip()
+    return {k: float(v) for k, v in importances.items()}, caption
+
+
+def _plot_importance(importances: Mapping[str, float] | str) -> Figure:
+    if isinstance(importances, str):
+        fig = _figure(7.0, 2.5)
+        _message(fig, importances)
+        return fig
+    names = list(importances)[::-1]  # most important on top
+    fig = _figure(7.0, max(2.5, 1.0 + 0.35 * len(names)))
+    ax = fig.add_subplot()
+    heights = [importances[n] for n in names]
+    ax.barh(range(len(names)), heights, color=_colour(COMPLETE))
+    ax.set_yticks(range(len(names)), [_label(n, 30) for n in names])
+    for y, h in enumerate(heights):
+        ax.text(h, y, f" {h:.3f}", va="center", fontsize=8)
+    ax.set_xlim(0, max(1.0, max(heights) * 1.15))
+    ax.set_xlabel("importance (fANOVA, sums to 1)")
+    return fig

@@ -1,0 +1,239 @@
+"""The report's figures as PNG bytes: history, learning curves, timeline, and the others."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..registry._base import COMPLETE, TrialRecord
+from ._common import (
+    _colour,
+    _Data,
+    _figure,
+    _finite,
+    _label,
+    _legend_outside,
+    _load,
+    _message,
+    _png,
+    _score,
+    _time,
+)
+from ._params import (
+    _importance,
+    _plot_importance,
+    _plot_parallel,
+    _sample,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..registry import Registry
+
+
+def _plot_history(trials: Sequence[TrialRecord]) -> Figure:
+    """Objective per trial number, best so far as a step line, unscored trials marked."""
+    fig = _figure()
+    if not trials:
+        _message(fig, "no trials recorded yet")
+        return fig
+    ax = fig.add_subplot()
+    numbers = np.array([t.number for t in trials], dtype=float)
+    values = np.array([_score(t) for t in trials])
+    states = np.array([t.state for t in trials], dtype=object)
+    ok = np.isfinite(values)
+    size = 4.0 if len(trials) <= 500 else 2.0
+    if ok.any():
+        ax.plot(
+            numbers[ok],
+            values[ok],
+            linestyle="none",
+            marker="o",
+            markersize=size,
+            alpha=0.7,
+            color=_colour(COMPLETE),
+            label="completed",
+        )
+        best = np.fmax.accumulate(np.where(ok, values, -np.inf))
+        shown = np.isfinite(best)
+        ax.step(numbers[shown], best[shown], where="post", color="black", label="best so far")
+        low, high = float(values[ok].min()), float(values[ok].max())
+        marks = low - 0.08 * ((high - low) or abs(low) or 1.0)
+    else:
+        marks = 0.0
+        ax.set_yticks([])
+        ax.text(0.5, 0.6, "no trial has a score", transform=ax.transAxes, ha="center")
+    for state in sorted(set(states[~ok])):
+        where = ~ok & (states == state)
+        ax.plot(
+            numbers[where],
+            np.full(int(where.sum()), marks),
+            linestyle="none",
+            marker="x",
+            markersize=size + 2,
+            color=_colour(state),
+            label=f"{_label(state)} (no score)",
+        )
+    ax.set_xlabel("trial number")
+    ax.set_ylabel("objective (greater is better)")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    return fig
+
+
+def _lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
+    """Greedy interval partitioning: a lane per trial so that overlapping trials stack."""
+    ends: list[float] = []
+    out = [0] * len(spans)
+    for i in sorted(range(len(spans)), key=lambda j: spans[j][0]):
+        start, end = spans[i]
+        lane = next((k for k, e in enumerate(ends) if e <= start), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        else:
+            ends[lane] = end
+        out[i] = lane
+    return out
+
+
+def _plot_timeline(trials: Sequence[TrialRecord]) -> tuple[Figure, str]:
+    """One row per worker; one bar per trial from its start to its end, coloured by state."""
+    timed = [
+        t for t in trials if math.isfinite(_time(t.started)) and math.isfinite(_time(t.finished))
+    ]
+    if not timed:
+        fig = _figure(7.0, 2.5)
+        _message(fig, "no trial timings recorded")
+        return fig, ""
+    t0 = min(_time(t.started) for t in timed)
+    end = max(max(_time(t.started), _time(t.finished)) for t in timed)
+    span = end - t0
+    smallest = max(span * 0.002, 1e-3)  # a visible sliver for near-instant trials
+    rows: dict[str, list[TrialRecord]] = {}
+    for t in timed:
+        rows.setdefault("(unknown)" if t.worker is None else str(t.worker), []).append(t)
+    workers = sorted(rows)
+    fig = _figure(9.0, min(16.0, max(2.5, 0.45 * len(workers) + 1.3)))
+    ax = fig.add_subplot()
+    # (row, lane, lanes, state) -> bars; one broken_barh call each, not one per trial.
+    groups: dict[tuple[int, int, int, str], list[tuple[float, float]]] = {}
+    most_lanes = 1
+    for row, worker in enumerate(workers):
+        spans = [
+            (_time(t.started) - t0, _time(t.finished) - _time(t.started)) for t in rows[worker]
+        ]
+        # Lanes follow the real times; the drawn width is at least a visible sliver.
+        lanes = _lanes([(s, s + max(w, 0.0)) for s, w in spans])
+        spans = [(s, max(w, smallest)) for s, w in spans]
+        n_lanes = max(lanes) + 1
+        most_lanes = max(most_lanes, n_lanes)
+        for t, bar, lane in zip(rows[worker], spans, lanes, strict=True):
+            groups.setdefault((row, lane, n_lanes, t.state), []).append(bar)
+    states: set[str] = set()
+    # Thin white edges part back-to-back trials; with thousands of bars they would hide them.
+    edge: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.5} if len(timed) <= 500 else {}
+    for (row, lane, n_lanes, state), bars in groups.items():
+        height = 0.8 / n_lanes
+        ax.broken_barh(
+            bars, (row - 0.4 + lane * height, height * 0.9), facecolors=_colour(state), **edge
+        )
+        states.add(state)
+    for state in sorted(states):
+        ax.plot([], [], color=_colour(state), linewidth=6, label=_label(state))
+    ax.set_yticks(range(len(workers)), [_label(w, 40) for w in workers])
+    ax.tick_params(axis="y", labelsize=8 if len(workers) <= 40 else 5)
+    ax.set_ylim(len(workers) - 0.5, -0.5)  # first worker on top
+    ax.set_xlabel("seconds since the first trial started")
+    ax.grid(axis="x", alpha=0.3)
+    _legend_outside(ax)
+    busy = sum(max(_time(t.finished) - _time(t.started), 0.0) for t in timed)
+    caption = (
+        f"{len(timed):,} timed trials on {len(workers)} worker(s) over {span:.3g} s; "
+        f"mean concurrency {busy / span if span > 0 else 0.0:.2f} trials."
+    )
+    if most_lanes > 1:
+        caption += " Trials that ran at the same time on one worker are stacked within its row."
+    if len(timed) < len(trials):
+        caption += f" {len(trials) - len(timed):,} trial(s) without timings are not shown."
+    return fig, caption
+
+
+def _curve(trial: TrialRecord) -> tuple[np.ndarray, np.ndarray]:
+    """A trial's intermediate values as (resource, score), by resource; odd keys left out."""
+    points = []
+    for key, value in (trial.intermediate or {}).items():
+        try:
+            resource = float(key)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(resource) and _finite(value):
+            points.append((resource, float(value)))
+    points.sort()
+    return np.array([p[0] for p in points]), np.array([p[1] for p in points])
+
+
+def _plot_curves(trials: Sequence[TrialRecord]) -> tuple[Figure, str] | None:
+    """Score against resource, one line per trial; None when no trial has a curve."""
+    curves = {t.number: (t, *_curve(t)) for t in trials}
+    curves = {n: c for n, c in curves.items() if len(c[1])}
+    if not curves:
+        return None
+    last = np.array([c[2][-1] for c in curves.values()])
+    numbers = np.array(list(curves))
+    chosen, sampled = _sample(last)
+    fig = _figure()
+    ax = fig.add_subplot()
+    top = max(float(c[1][-1]) for c in curves.values())
+    labelled: set[str] = set()
+    for number in numbers[chosen]:
+        trial, resource, score = curves[int(number)]
+        label = None if trial.state in labelled else _label(trial.state)
+        labelled.add(trial.state)
+        ax.plot(resource, score, color=_colour(trial.state), alpha=0.6, linewidth=1.0, label=label)
+        ax.plot(resource[-1:], score[-1:], marker="o", markersize=3, color=_colour(trial.state))
+    resources = np.concatenate([c[1] for c in curves.values()])
+    if resources.min() > 0 and resources.max() / resources.min() > 100:
+        ax.set_xscale("log")
+    ax.set_xlabel("resource (budget: epochs, rounds, steps, rows)")
+    ax.set_ylabel("intermediate score")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    reached = sum(float(c[1][-1]) == top for c in curves.values())
+    caption = (
+        f"{len(curves):,} trials with intermediate values; {reached:,} reached the highest "
+        f"resource, {top:.6g}. A dot marks where each trial stopped."
+    )
+    return fig, f"{caption} {sampled}".strip().replace("completed trials", "trials")
+
+
+def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
+    """Each plot's PNG and caption, in the order of :data:`FIGURES`."""
+    parallel, parallel_caption = _plot_parallel(data.trials, data.params)
+    importances, importance_caption = _importance(registry, data.exp.id, data.trials, data.params)
+    if isinstance(importances, str):  # the panel's text, also readable without the image
+        importance_caption = f"{importances[0].upper()}{importances[1:]}. {importance_caption}"
+    timeline, timeline_caption = _plot_timeline(data.trials)
+    figures = {"history": (_plot_history(data.trials), "")}
+    curves = _plot_curves(data.trials)
+    if curves is not None:
+        figures["curves"] = curves
+    figures |= {
+        "parallel": (parallel, parallel_caption),
+        "importance": (_plot_importance(importances), importance_caption),
+        "timeline": (timeline, timeline_caption),
+    }
+    return {name: (_png(fig), caption) for name, (fig, caption) in figures.items()}
+
+
+def report_figures(registry: Registry, experiment: str | int) -> dict[str, bytes]:
+    """The report's plots as PNG bytes: ``history``, ``parallel``, ``importance``, ``timeline``,
+    and ``curves`` (learning curves) after ``history`` when trials have intermediate values.
+
+    Raises the registry's ``NotFoundError`` for an unknown experiment.
+    """
+    data = _load(registry, experiment)
+    return {name: png for name, (png, _) in _figures(registry, data).items()}
