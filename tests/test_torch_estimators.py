@@ -15,7 +15,7 @@ from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from dmlsearch import Categorical, Float, Int, SearchCV
+from dmlsearch import Categorical, Float, Int, Registry, SearchCV
 from dmlsearch.exceptions import InvalidParameterError
 from dmlsearch.training import TorchClassifier, TorchRegressor
 
@@ -198,9 +198,10 @@ def test_a_module_instance_is_taken_as_it_is(data: tuple[np.ndarray, np.ndarray]
 
 @pytest.mark.cluster
 def test_search_cv_tunes_module_and_training_parameters_on_workers(
-    client: Any, data: tuple[np.ndarray, np.ndarray]
+    client: Any, data: tuple[np.ndarray, np.ndarray], tmp_path: Any
 ) -> None:
     X, y = data
+    registry = Registry(f"sqlite:///{tmp_path / 'r.db'}")
     search = SearchCV(
         TorchClassifier(MLP, random_state=0),
         {
@@ -215,6 +216,8 @@ def test_search_cv_tunes_module_and_training_parameters_on_workers(
         client=client,
         progress=False,
         dashboard=False,
+        registry=registry,
+        experiment_name="nets",
     ).fit(X, y)
     assert all(t.state == "complete" for t in search.trials_)
     workers = set(client.scheduler_info()["workers"])
@@ -224,3 +227,32 @@ def test_search_cv_tunes_module_and_training_parameters_on_workers(
     assert best.module_.layers[0].out_features == search.best_params_["module__hidden"]
     assert len(best.history) == search.best_params_["max_epochs"]
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    # The best net is registered (weights and plain parameters, no pickle) and loads back.
+    record = search.model_version_
+    assert record.format == "skorch-net"
+    loaded = registry.load_model(record.model, record.version, module=TorchClassifier(MLP))
+    np.testing.assert_array_equal(loaded.predict(X), best.predict(X))
+    np.testing.assert_allclose(loaded.predict_proba(X), best.predict_proba(X), rtol=1e-6)
+    registry.close()
+
+
+def test_a_registered_net_loads_only_into_a_net_of_its_class(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    from dmlsearch.registry import FormatError
+
+    X, _ = data
+    net = TorchRegressor(MLP, module__n_out=1, module__hidden=5, max_epochs=2, random_state=0)
+    net.fit(X, X[:, 0])
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as registry:
+        record = registry.register_model("reg", net)
+        assert record.lineage["format_meta"]["params"]["module__hidden"] == 5
+        loaded = registry.load_model("reg", module=TorchRegressor(MLP, module__n_out=1))
+        assert loaded.module_.layers[0].out_features == 5  # stored parameters applied
+        np.testing.assert_allclose(loaded.predict(X), net.predict(X), rtol=1e-6)
+        with pytest.raises(FormatError, match="module="):
+            registry.load_model("reg")
+        with pytest.raises(FormatError, match="not a"):
+            registry.load_model("reg", module=TorchClassifier(MLP))
+        with pytest.raises(FormatError, match="not fitted"):
+            registry.register_model("unfitted", TorchClassifier(MLP))

@@ -5,6 +5,8 @@
   artifact, so a swapped artifact cannot widen what a load trusts.
 * xgboost: its own UBJ format (a Booster, or the scikit-learn wrapper with its class).
 * torch modules: the ``state_dict``, loaded back with ``weights_only=True``.
+* skorch nets (``TorchClassifier``, ``TorchRegressor``): the module's ``state_dict`` and
+  class labels, plain parameters in the metadata (see ``_skorch``).
 * anything else: pickle, only with ``allow_pickle=True`` (pickle runs code on load).
 """
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import DmlsearchError
+from ._skorch import SKORCH_NET, dump_net, is_skorch_net, load_net
 
 __all__ = ["FormatError", "Serialized", "dump_model", "load_model"]
 
@@ -86,6 +89,9 @@ def dump_model(model: Any, *, allow_pickle: bool = False) -> Serialized:
             with open(path, "rb") as fh:
                 data = fh.read()
         return Serialized(data, XGBOOST_UBJ, meta={"kind": kind, "class": _class_path(model)})
+    if is_skorch_net(model):
+        data, meta = dump_net(model)
+        return Serialized(data, SKORCH_NET, meta=meta)
     if _is_torch_module(model):
         import torch
 
@@ -114,7 +120,8 @@ def dump_model(model: Any, *, allow_pickle: bool = False) -> Serialized:
 
 
 def load_model(serialized: Serialized, *, allow_pickle: bool = False, module: Any = None) -> Any:
-    """Load what :func:`dump_model` wrote; ``module`` receives a torch ``state_dict``."""
+    """Load what :func:`dump_model` wrote; ``module`` receives a torch ``state_dict`` (a
+    module) or a skorch net's weights (an unfitted net of the registered class)."""
     fmt = serialized.format
     if fmt == SKOPS:
         import skops.io as sio
@@ -148,6 +155,8 @@ def load_model(serialized: Serialized, *, allow_pickle: bool = False, module: An
             return state
         module.load_state_dict(state)
         return module
+    if fmt == SKORCH_NET:
+        return load_net(serialized.data, serialized.meta, module)
     if fmt == PICKLE:
         if not allow_pickle:
             raise FormatError(

@@ -1,0 +1,104 @@
+"""A fitted skorch net (``TorchClassifier``, ``TorchRegressor``, any ``NeuralNet``) as
+weights plus plain parameters: no pickle, loaded back with ``weights_only=True``.
+
+The artifact holds the module's ``state_dict`` and the class labels; the net's parameters
+and fitted attributes that are plain data (numbers, strings, lists of them) go in the
+version's metadata. The
+module class itself is code, so a load needs an unfitted net to pour them into, as a
+``torch-state-dict`` load needs a module: ``load_model(name, module=TorchClassifier(MyNet))``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Any
+
+__all__ = ["SKORCH_NET", "dump_net", "is_skorch_net", "load_net"]
+
+SKORCH_NET = "skorch-net"
+
+
+def is_skorch_net(model: Any) -> bool:
+    # Only a model built with skorch can be a skorch net: never import skorch to find out.
+    skorch = sys.modules.get("skorch")
+    return skorch is not None and isinstance(model, skorch.NeuralNet)
+
+
+def _plain(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _class_path(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def dump_net(net: Any) -> tuple[bytes, dict[str, Any]]:
+    """``(artifact bytes, metadata)`` of a fitted net; FormatError if it is not fitted."""
+    import torch
+
+    from .formats import FormatError
+
+    if not getattr(net, "initialized_", False):
+        raise FormatError(f"{type(net).__name__} is not fitted: nothing to register")
+    classes = net.__dict__.get("classes_inferred_")
+    payload = {
+        "module": net.module_.state_dict(),
+        "classes": None if classes is None else list(getattr(classes, "tolist", lambda: classes)()),
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    params = {k: v for k, v in net.get_params(deep=False).items() if _plain(v)}
+    # Fitted attributes that are plain data (a regressor's target shape, the seed).
+    fitted = {
+        k: v
+        for k, v in vars(net).items()
+        if k.endswith("_") and not k.startswith("_") and k != "initialized_" and _plain(v)
+    }
+    return buffer.getvalue(), {"class": _class_path(net), "params": params, "fitted": fitted}
+
+
+def load_net(data: bytes, meta: dict[str, Any], net: Any) -> Any:
+    """A fitted copy of the unfitted ``net``, with the stored parameters and weights."""
+    import torch
+    from sklearn.base import clone
+
+    from .formats import FormatError
+
+    if not is_skorch_net(net):
+        raise FormatError(
+            f"this version is a skorch net ({meta.get('class')}); pass module= an unfitted "
+            "net of that class to load its weights into, e.g. "
+            "load_model(name, module=TorchClassifier(MyNet))"
+        )
+    if _class_path(net) != meta.get("class"):
+        raise FormatError(
+            f"this version is a {meta.get('class')}, not a {_class_path(net)}: pass module= "
+            "a net of the class that was registered"
+        )
+    try:
+        payload = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as exc:  # a swapped or damaged artifact: say so, as other formats do
+        raise FormatError(f"the net's weights could not be read: {exc}") from exc
+    fitted = clone(net).set_params(**meta.get("params", {}))
+    fitted.initialize()
+    try:
+        fitted.module_.load_state_dict(payload["module"])
+    except RuntimeError as exc:
+        raise FormatError(
+            f"the stored weights do not fit the module of the net passed as module= ({exc}); "
+            "pass the module class (and module__ arguments) that was registered"
+        ) from exc
+    for key, value in meta.get("fitted", {}).items():
+        setattr(fitted, key, value)
+    if payload.get("classes") is not None:
+        import numpy as np
+
+        fitted.classes_inferred_ = np.asarray(payload["classes"])
+    return fitted
