@@ -287,11 +287,11 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
         "search.space.clf__degree.lwo": (17, "did you mean 'low'"),
         "search.space.clf__tol.type": (18, "did you mean 'float'"),
         "search.strategy": (19, "did you mean 'tpe'"),
-        "search.n_trials": (20, "greater than 0"),
+        "search.n_trials": (20, "expected an integer > 0"),
         "search.time_budget": (21, "duration"),
         "search.cv": (22, "at least 2 folds"),
         "search.scoring": (23, "did you mean 'accuracy'"),
-        "cluster.local.n_workers": (25, "greater than 0"),
+        "cluster.local.n_workers": (25, "expected an integer > 0"),
     }
     assert set(errors) == set(expected)
     for path, (line, text) in expected.items():
@@ -398,7 +398,7 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
         ("search.cv", "five", "search.cv", "number of folds"),
         ("search.time_budget", -3, "search.time_budget", "> 0"),
         ("search.time_budget_policy", "wait", "search.time_budget_policy", "stop"),
-        ("search.n_trials", True, "search.n_trials", "number"),
+        ("search.n_trials", True, "search.n_trials", "expected an integer"),
         ("search.n_trials", 2.5, "search.n_trials", "integer"),
         ("search.error_score", "zero", "search.error_score", "raise or a number"),
         ("data", {"path": "nope.csv", "target": "y"}, "data.path", "no such file"),
@@ -464,9 +464,14 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
         ),
         (
             "scheduler",
-            {"kind": "hyperband", "resource": "n_samples", "max_resource": 9, "reduction_factor": 1},
+            {
+                "kind": "hyperband",
+                "resource": "n_samples",
+                "max_resource": 9,
+                "reduction_factor": 1,
+            },
             "scheduler.reduction_factor",
-            "greater than or equal to 2",
+            "expected an integer >= 2",
         ),
         (
             "scheduler",

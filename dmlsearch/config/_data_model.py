@@ -29,7 +29,7 @@ from ._imports import _base_dir, _build_spec, _build_value, _import, _ImportFail
 
 def _no_bool(value: Any) -> Any:
     if isinstance(value, bool):
-        raise _err(f"expected a number, got {value}")
+        raise _err(f"expected an integer, got {str(value).lower()}")
     return value
 
 
@@ -165,10 +165,23 @@ class DataSection(_Section):
                 self.dataset,
             )
             return
+        if name.startswith("load_") and "return_X_y" in self.kwargs:
+            problems.add(
+                ("kwargs", "return_X_y"),
+                "dmlsearch always loads (X, y) (return_X_y=True); drop this key",
+            )
+            return
         _check_kwargs(funcs[name], self.kwargs, problems)
 
     def _check_path(self, problems: _Problems, base_dir: Path | None) -> None:
         assert self.path is not None
+        if not self.path.strip() or "\x00" in self.path:
+            problems.add(
+                ("path",),
+                f"expected the path of a CSV or Parquet file, got {self.path!r}",
+                self.path,
+            )
+            return
         if self.target is None:
             problems.add(("target",), "required with data.path: the name of the label column")
         fmt = self.format or _infer_format(self.path)
@@ -181,6 +194,11 @@ class DataSection(_Section):
         if "://" in self.path:
             return  # a remote file (s3://, gs://): checked when read
         resolved = _resolve(self.path, base_dir)
+        if resolved.is_dir():
+            problems.add(
+                ("path",), f"{resolved} is a folder; give a CSV or Parquet file", self.path
+            )
+            return
         if not resolved.is_file():
             where = f" (relative paths resolve against {base_dir})" if base_dir else ""
             problems.add(("path",), f"no such file: {resolved}{where}", self.path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -54,6 +54,28 @@ def _node_at(root: yaml.Node | None, loc: Loc, *, key: bool = False) -> yaml.Nod
     return found
 
 
+def _in_file(root: yaml.Node | None, loc: Loc) -> bool:
+    """Whether the file itself has the field at ``loc`` (every key along it)."""
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            node = next(
+                (
+                    v
+                    for k, v in _mapping_pairs(node)
+                    if isinstance(k, yaml.ScalarNode) and k.value == str(part)
+                ),
+                None,
+            )
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            node = node.value[part] if 0 <= part < len(node.value) else None
+        else:
+            return False
+        if node is None:
+            return False
+    return True
+
+
 def _mapping_pairs(node: yaml.MappingNode) -> Iterator[tuple[yaml.Node, yaml.Node]]:
     for k, v in node.value:
         if isinstance(k, yaml.ScalarNode) and k.value == "<<":
@@ -82,6 +104,22 @@ def _valid_keys(loc: Loc) -> list[str] | None:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
+def _choices_hint(loc: Loc) -> str:
+    """``: one of a, b`` for a field at ``loc`` that takes a fixed set of words."""
+    import typing
+
+    model: Any = ExperimentConfig
+    for part in loc[:-1]:
+        info = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        model = _model_of(info.annotation) if info is not None else None
+        if model is None:
+            return ""
+    info = next((f for n, f in model.model_fields.items() if loc[-1] in (n, f.alias)), None)
+    if info is None or typing.get_origin(info.annotation) is not Literal:
+        return ""
+    return f" (one of {', '.join(str(a) for a in typing.get_args(info.annotation))})"
+
+
 def _model_of(annotation: Any) -> Any:
     import typing
 
@@ -94,6 +132,27 @@ def _model_of(annotation: Any) -> Any:
     return None
 
 
+#: pydantic's messages ("Input should be a valid integer") in the words of this file's
+#: docs, each saying what is allowed.
+_EXPECTED = {
+    "string_type": "expected text",
+    "string_unicode": "expected UTF-8 text",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected an integer",
+    "int_parsing_size": "expected an integer of at most 19 digits",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    # Only integer fields reach pydantic's own number checks (seconds and bounds have ours).
+    "finite_number": "expected an integer",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "list_type": "expected a list (- item lines, or [a, b])",
+    "dict_type": "expected a mapping of name: value",
+    "none_required": "expected nothing (null)",
+}
+
+
 def _message(err: Any) -> str:
     kind = err["type"]
     loc = tuple(err["loc"])
@@ -104,17 +163,65 @@ def _message(err: Any) -> str:
         if not hint and keys:
             hint = f" (keys here: {', '.join(keys)})"
         return f"unknown key {name!r}{hint}"
+    if kind == "invalid_key":
+        names = _valid_keys(loc[:-1])
+        where = f" ({', '.join(names)})" if names else ""
+        return f"keys are names{where}, got {_yaml_word(err.get('input'))}"
     if kind == "missing":
-        return "required key is missing"
+        if not loc:
+            return "required key is missing"
+        return f"required key {loc[-1]!r} is missing{_choices_hint(loc)}"
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if kind == "literal_error" and loc == ("version",):
         return f"this dmlsearch reads version {SCHEMA_VERSION}"
+    ctx = err.get("ctx") or {}
+    if kind == "model_type":
+        keys = _valid_keys(loc) or []
+        msg = "expected a mapping" + (f" with keys among {', '.join(keys)}" if keys else "")
+    elif kind == "literal_error":
+        msg = f"expected {ctx.get('expected', msg.removeprefix('Input should be '))}"
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        sign = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+                "less_than_equal": "<="}[kind]  # fmt: skip
+        bound = next(iter(ctx.values()), "?")
+        what = "an integer" if isinstance(bound, int) else "a number"
+        msg = f"expected {what} {sign} {bound}"
+    elif kind in _EXPECTED:
+        msg = _EXPECTED[kind]
+    elif msg.startswith("Input should be "):
+        msg = "expected " + msg[len("Input should be ") :]
     value = err.get("input")
     if kind != "dmlsearch" and isinstance(value, (str, int, float)):
-        msg += f", got {value!r}"
+        msg += f", got {_short_repr(value)}"
+    elif kind != "dmlsearch" and value is None:
+        msg += ", got an empty value (null)"
+    elif kind != "dmlsearch":
+        msg += f", got a {_type_word(value)}"
     return msg
+
+
+def _yaml_word(value: Any) -> str:
+    """A scalar as YAML writes it: ``true``, ``null``, ``3``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_word(value: Any) -> str:
+    if isinstance(value, dict):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
 
 
 def _problems_from(
@@ -124,12 +231,23 @@ def _problems_from(
     seen: set[tuple[str, str]] = set()
     for err in exc.errors():
         loc = tuple(err["loc"])
+        if err["type"] == "invalid_key" and loc:  # the key as written (`3`, `true`, `null`)
+            loc = (*loc[:-1], _yaml_word(err.get("input")))
         path = _format_path(loc)
         message = _message(err)
         if (path, message) in seen:
             continue
         seen.add((path, message))
-        origin = next((expr for o, expr in overrides.items() if loc[: len(o)] == o), None)
+        origin = next(
+            (
+                expr
+                for o, expr in overrides.items()
+                if loc[: len(o)] == o
+                # a key the override added (an unknown section): the file does not have it
+                or (o[: len(loc)] == loc and not _in_file(root, loc))
+            ),
+            None,
+        )
         if origin is not None:
             problems.append(Problem(path, f"{message} (from --set {origin})"))
             continue
@@ -166,7 +284,7 @@ def parse_config(
             source,
         )
     data, root = _load_yaml(text, source)
-    if data is None and root is None:
+    if data is None:  # an empty file, a lone `---` or `null`: nothing in it yet
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(
@@ -174,7 +292,7 @@ def parse_config(
                 Problem(
                     "",
                     f"expected a mapping of sections (version, name, data, model, search, ...), "
-                    f"got a {type(data).__name__}",
+                    f"got {_root_word(data)}",
                     _mark_line(root.start_mark) if root is not None else None,
                 )
             ],
@@ -213,6 +331,18 @@ def parse_config(
         return ExperimentConfig.model_validate(data, context={"base_dir": folder})
     except ValidationError as exc:
         raise ConfigError(_problems_from(exc, root, applied, data), source) from None
+
+
+def _root_word(data: Any) -> str:
+    if isinstance(data, list):
+        return "a list"
+    if isinstance(data, bool):
+        return "true or false"
+    if isinstance(data, (int, float)):
+        return "a number"
+    if isinstance(data, str):
+        return "a line of text (is the file indented, or missing `key: value`?)"
+    return f"a {type(data).__name__}"
 
 
 def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> ExperimentConfig:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ._common import _err, _Problems, _suggest
-from ._data_model import PosInt, _Section
+from ._data_model import PosInt, _no_bool, _Section
 
 #: The names ``SearchCV(scheduler=...)`` takes (``dmlsearch.schedulers.SCHEDULERS``; not
 #: imported from there so that reading a config never imports the schedulers).
@@ -26,7 +26,7 @@ class SchedulerSection(_Section):
     resource: str
     min_resource: PosInt = 1
     max_resource: PosInt
-    reduction_factor: int = Field(default=3, ge=2)
+    reduction_factor: Annotated[int, BeforeValidator(_no_bool), Field(ge=2)] = 3
 
     @field_validator("kind", mode="before")
     @classmethod
@@ -56,8 +56,7 @@ class SchedulerSection(_Section):
             problems = _Problems()
             problems.add(
                 ("min_resource",),
-                f"min_resource ({self.min_resource}) must be <= max_resource "
-                f"({self.max_resource})",
+                f"min_resource ({self.min_resource}) must be <= max_resource ({self.max_resource})",
             )
             problems.raise_if_any("SchedulerSection")
         return self

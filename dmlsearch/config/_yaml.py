@@ -70,15 +70,33 @@ def _mark_line(mark: Any) -> int | None:
     return None if mark is None else int(mark.line) + 1
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> Problem:
+def _yaml_problem(exc: yaml.YAMLError, text: str = "") -> Problem:
     problem = getattr(exc, "problem", None)
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None and _tab_indented(text, mark.line):
+        # libyaml's words for a tab in the indentation ("found character that cannot start
+        # any token") do not say that the character is a tab.
+        return Problem(
+            "",
+            "invalid YAML: a tab character in the indentation; indent with spaces "
+            "(YAML does not allow tabs there)",
+            _mark_line(mark),
+        )
     if problem:
         context = getattr(exc, "context", None)
         text = f"{problem} ({context})" if context else str(problem)
     else:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return Problem("", f"invalid YAML: {text}", _mark_line(mark))
+
+
+def _tab_indented(text: str, line: int) -> bool:
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return False
+    row = lines[line]
+    indent = row[: len(row) - len(row.lstrip(" \t"))]
+    return "\t" in indent
 
 
 def _check_events(text: str) -> None:
@@ -149,8 +167,9 @@ def _check_events(text: str) -> None:
                 [
                     Problem(
                         "",
-                        f"the document expands to more than {MAX_NODES:,} values "
-                        "(aliases referring to aliases?); write a smaller file",
+                        f"the document expands to more than {MAX_NODES:,} values"
+                        + (" (aliases referring to aliases?)" if aliases else "")
+                        + "; an experiment file needs a few dozen",
                         _mark_line(event.start_mark),
                     )
                 ]
@@ -206,7 +225,7 @@ def _load_yaml(text: str, source: str | None) -> tuple[Any, yaml.Node | None]:
     except ConfigError as exc:
         raise ConfigError(exc.problems, source) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([_yaml_problem(exc)], source) from None
+        raise ConfigError([_yaml_problem(exc, text)], source) from None
     except RecursionError:  # pragma: no cover - prevented by the depth cap
         raise ConfigError(
             [Problem("", f"nesting deeper than {MAX_DEPTH} levels")], source

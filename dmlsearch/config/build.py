@@ -50,17 +50,25 @@ def load_data(cfg: ExperimentConfig) -> tuple[Any, Any]:
     if data.dataset is not None:
         name = data.dataset.rpartition(":")[2]
         func = _sklearn_datasets()[name]
-        if name.startswith("load_"):
-            X, y = func(return_X_y=True, **data.kwargs)
-        else:
-            out = func(**data.kwargs)
-            X, y = out[0], out[1]
+        try:
+            if name.startswith("load_"):
+                X, y = func(return_X_y=True, **data.kwargs)
+            else:
+                out = func(**data.kwargs)
+                X, y = out[0], out[1]
+        except Exception as exc:
+            raise _call_failed(
+                "data.kwargs" if data.kwargs else "data.dataset", name, exc
+            ) from None
         return X, y
     if data.path is not None:
         return _read_table(data)
     assert data.loader is not None
     func = _import(data.loader, None)
-    out = func(**data.kwargs)
+    try:
+        out = func(**data.kwargs)
+    except Exception as exc:
+        raise _call_failed("data.loader", data.loader, exc) from None
     if not isinstance(out, tuple) or len(out) != 2:
         raise ConfigError(
             [
@@ -71,6 +79,19 @@ def load_data(cfg: ExperimentConfig) -> tuple[Any, Any]:
             ]
         )
     return out
+
+
+def _call_failed(path: str, name: str, exc: Exception) -> ConfigError:
+    """A data function that raised, as a problem at ``path`` (its arguments or itself)."""
+    what = "the arguments in data.kwargs" if path == "data.kwargs" else "it"
+    return ConfigError(
+        [
+            Problem(
+                path,
+                f"{name}(...) failed: {type(exc).__name__}: {str(exc).rstrip('.')}; fix {what}",
+            )
+        ]
+    )
 
 
 def _read_table(data: DataSection) -> tuple[Any, Any]:

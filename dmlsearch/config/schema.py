@@ -85,13 +85,16 @@ def _parse_dimension(value: Any, loc: Loc, problems: _Problems, base_dir: Path |
         )
         return None
     kind = value.get("type")
-    if kind not in _DIM_KEYS:
+    if not isinstance(kind, str) or kind not in _DIM_KEYS:
         if "type" not in value:
             problems.add(loc, "missing type: float, int or categorical (or give a list of choices)")
         else:
             hint = _suggest(str(kind), list(_DIM_KEYS)) if isinstance(kind, str) else ""
+            shown = repr(kind) if isinstance(kind, str) else _short(kind)
             problems.add(
-                (*loc, "type"), f"unknown type {kind!r}; use float, int or categorical{hint}", kind
+                (*loc, "type"),
+                f"unknown type {shown}; use float, int or categorical{hint}",
+                kind,
             )
         return None
     allowed = _DIM_KEYS[kind]
@@ -298,6 +301,18 @@ class SearchSection(_Section):
                 f"with several scorers, refit names the one to pick the best by (one of "
                 f"{self.scoring}) or is false; got {self.refit!r}",
             )
+        elif (
+            isinstance(self.refit, str)
+            and not isinstance(self.scoring, list)
+            and self.refit != self.scoring
+        ):
+            problems.add(
+                ("refit",),
+                "with one scorer, refit is true or false"
+                + (f" (or {self.scoring!r}, the scorer's name)" if self.scoring else "")
+                + f"; a scorer name picks among several in scoring; got {self.refit!r}",
+                self.refit,
+            )
         if self.strategy == "grid":
             for loc, dim in _dimensions(self.space):
                 if not dim.is_finite:
@@ -441,6 +456,16 @@ class RegistrySection(_Section):
 
     url: str | None = None
     artifacts: str | None = None
+
+    @field_validator("artifacts", mode="after")
+    @classmethod
+    def _artifacts(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\x00" in value):
+            raise _err(
+                f"expected a folder or fsspec URL for model files (e.g. ./artifacts or "
+                f"s3://bucket/models), got {value!r}; leave it out for the default"
+            )
+        return value
 
     @field_validator("url", mode="after")
     @classmethod
