@@ -1,7 +1,8 @@
 """Bounded staleness (``sync="ssp"``): a parameter server on a Dask actor (runs on workers).
 
-Each rank pulls the weights, computes the gradient of its batch and pushes it; the server
-applies it at once with the job's optimizer and counts a clock per rank. A rank whose clock
+Each rank computes the gradient of its batch on the weights it holds and pushes it; the
+server applies it at once with the job's optimizer, counts a clock per rank and answers
+with the new weights and the slowest clock (one round trip a step). A rank whose clock
 is more than ``staleness`` steps ahead of the slowest waits before its next step
 (``staleness=None``: never, fully asynchronous). There are no collectives: a slow rank
 slows the others only through the staleness bound. Only parameters are served; buffers
@@ -53,6 +54,11 @@ class ParameterServer:
         self.max_lag = max(self.max_lag, max(self.clocks) - min(self.clocks))
         return min(self.clocks)
 
+    def push_pull(self, rank: int, grads: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+        """:meth:`push`, then :meth:`pull`: one round trip per step instead of two."""
+        self.push(rank, grads)
+        return self.pull()
+
     def lag(self) -> int:
         """The largest clock difference seen after any push."""
         return self.max_lag
@@ -68,15 +74,19 @@ def server_state(ps: Any, epoch: int) -> bytes:
     return data
 
 
-def _step(ps: Any, clock: int, staleness: int | None, params: list[Any], timeout: float) -> float:
-    """Wait while ``clock`` is too far ahead, then load the server's weights; seconds spent.
+def _wait(
+    ps: Any, clock: int, low: int, staleness: int | None, timeout: float
+) -> tuple[int, bool]:
+    """Wait while ``clock`` is more than ``staleness`` steps ahead of the slowest rank.
 
-    Waiting longer than ``timeout`` raises (as a collective would): a rank whose peer was
-    lost must not wait for it forever.
+    Returns the slowest clock seen and whether this rank waited (its weights are then
+    stale). Waiting longer than ``timeout`` raises (as a collective would): a rank whose
+    peer was lost must not wait for it forever.
     """
+    if staleness is None or clock - low <= staleness:
+        return low, False
     started = time.perf_counter()
-    low = ps.min_clock().result() if staleness is not None else clock
-    while staleness is not None and clock - low > staleness:
+    while clock - low > staleness:
         if time.perf_counter() - started > timeout:
             raise TimeoutError(
                 f"waited {timeout} s for the slowest rank (at step {low}, this one at "
@@ -84,11 +94,13 @@ def _step(ps: Any, clock: int, staleness: int | None, params: list[Any], timeout
             )
         time.sleep(0.002)
         low = ps.min_clock().result()
-    weights, _ = ps.pull().result()
+    return low, True
+
+
+def _load(params: list[Any], weights: list[np.ndarray]) -> None:
     with torch.no_grad():
         for p, w in zip(params, weights, strict=True):
             p.copy_(torch.from_numpy(w))
-    return time.perf_counter() - started
 
 
 def train_ssp_rank(
@@ -104,18 +116,25 @@ def train_ssp_rank(
     Xt, yt = _tensor(X), _tensor(y)
     history: list[dict[str, Any]] = []
     clock = 0
+    weights, low = ps.pull().result()
     for epoch in range(job.start_epoch, job.epochs):
         order = None
         if job.shuffle:
             order = np.random.default_rng([job.seed, rank, epoch]).permutation(len(X))
         started, waited, total = time.perf_counter(), 0.0, 0.0
         for rows in rank_batches(len(X), job.steps, job.batch_size, order):
-            waited += _step(ps, clock, staleness, params, job.timeout)
+            sync_started = time.perf_counter()
+            low, stale = _wait(ps, clock, low, staleness, job.timeout)
+            if stale:  # the others moved on while this rank waited
+                weights, low = ps.pull().result()
+            _load(params, weights)
+            waited += time.perf_counter() - sync_started
             model.zero_grad()
             loss = job.loss_fn(model(Xt[rows]), yt[rows])
             loss.backward()
             pushed = time.perf_counter()
-            ps.push(rank, [p.grad.numpy().copy() for p in params]).result()
+            # The weights for the next step come back with the push: one round trip.
+            weights, low = ps.push_pull(rank, [p.grad.numpy().copy() for p in params]).result()
             waited += time.perf_counter() - pushed
             clock += 1
             total += float(loss.detach())

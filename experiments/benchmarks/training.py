@@ -4,12 +4,13 @@ What is measured
     An MLP (64 -> 128 -> 128 -> 2, ReLU, cross-entropy, SGD lr 0.05 momentum 0.9) on
     synthetic data: ``--rows`` x 64 float32 features (default 200,000), labels from a
     random linear rule with 10% of them flipped; ``--epochs`` epochs (default 3), global
-    batch 256, shuffled each epoch, the same initial weights (``torch.manual_seed(0)``).
+    batch ``--global-batch`` (default 256), shuffled each epoch, the same initial weights (``torch.manual_seed(0)``).
     Approaches, run one after the other in each of ``--repeats`` rounds:
 
-    * ``plain``: one process (this driver) with ``torch.set_num_threads(1)``, batch 256;
+    * ``plain``: one process (this driver) with ``torch.set_num_threads(1)``, the global
+      batch;
     * ``allreduce``: ``DataParallelTrainer(sync="allreduce", n_workers=2,
-      batch_size=128)`` on a 2-worker single-thread LocalCluster (gradients averaged every
+      batch_size=global batch / 2)`` on a 2-worker single-thread LocalCluster (gradients averaged every
       step, DDP over gloo);
     * ``average K=8``: the same with ``sync="average", average_every=8`` (local SGD).
 
@@ -23,6 +24,7 @@ What is measured
 Rerun
     python experiments/benchmarks/training.py                 # 200k rows, 3 epochs, 3 rounds
     python experiments/benchmarks/training.py --quick         # 40k rows, 2 epochs, 1 round
+    python experiments/benchmarks/training.py --global-batch 1024  # fewer, larger steps
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from distributed import Client
 
 from dmlsearch.training import DataParallelTrainer
 
-FEATURES, HIDDEN, GLOBAL_BATCH, LR = 64, 128, 256, 0.05
+FEATURES, HIDDEN, LR = 64, 128, 0.05
+GLOBAL_BATCH = 256  # --global-batch sets it
 
 
 def model_fn() -> torch.nn.Module:
@@ -126,12 +129,15 @@ def run_trainer(
 
 
 def main(argv: list[str]) -> None:
+    global GLOBAL_BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--global-batch", type=int, default=GLOBAL_BATCH)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv[1:])
+    GLOBAL_BATCH = args.global_batch
     if args.quick:
         args.rows, args.epochs, args.repeats = 40_000, 2, 1
     print_header("data-parallel training: plain torch vs DataParallelTrainer", argv)
