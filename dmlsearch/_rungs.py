@@ -196,6 +196,7 @@ def _train_fold(
     spec: RungSpec,
     previous: int,
     fit_params: dict[str, Any],
+    fold: int,
 ) -> TrainStep:
     if context.resource == "partial_fit":
         return train_partial_fit(
@@ -206,7 +207,14 @@ def _train_fold(
             state, X, y, spec.resource, previous, seed=context.seed, fit_params=fit_params
         )
     return train_param(
-        state, X, y, spec.resource, previous, param=context.resource, fit_params=fit_params
+        state,
+        X,
+        y,
+        spec.resource,
+        previous,
+        param=context.resource,
+        fit_params=fit_params,
+        matrix_key=(context.run, fold),  # every trial of the run trains on these rows
     )
 
 
@@ -237,7 +245,7 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: _He
         fit_params = _index_fit_params(data.fit_params, n_samples, train)
         t0 = time.perf_counter()
         try:
-            step = _train_fold(context, state, X_train, y_train, spec, previous, fit_params)
+            step = _train_fold(context, state, X_train, y_train, spec, previous, fit_params, k)
             out.fit_times.append(time.perf_counter() - t0)
             t1 = time.perf_counter()
             out.test.append(_score(ev.scorer, step.estimator, X_test, y_test, ev.multimetric))

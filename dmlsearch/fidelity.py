@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,8 +196,24 @@ def _xgboost_rounds(state: Any, param: str) -> bool:
     return param.rpartition("__")[2] == "n_estimators" and is_xgboost(_step_of(state, param))
 
 
+def _xgb_fit(model: Any, X: Any, y: Any, param: str, key: Hashable | None, **fit_params: Any) -> None:
+    """``model.fit``, its training matrix built once per ``key`` (a fold of one search)."""
+    from ._xgb_matrices import cached_train_matrix
+
+    # In a Pipeline the booster sees transformed rows, new on every fit: nothing to reuse.
+    with cached_train_matrix(model, None if "__" in param else key, X):
+        model.fit(X, y, **fit_params)
+
+
 def _continue_xgboost(
-    state: Any, X: Any, y: Any, resource: int, previous: int, param: str, fit_params: dict[str, Any]
+    state: Any,
+    X: Any,
+    y: Any,
+    resource: int,
+    previous: int,
+    param: str,
+    fit_params: dict[str, Any],
+    matrix_key: Hashable | None,
 ) -> TrainStep:
     """Train ``resource - previous`` more rounds on the booster of ``state``.
 
@@ -209,7 +226,7 @@ def _continue_xgboost(
     key = f"{prefix}__xgb_model" if prefix else "xgb_model"
     model = _fresh(state)
     model.set_params(**{param: resource - previous})
-    model.fit(X, y, **{key: booster}, **fit_params)
+    _xgb_fit(model, X, y, param, matrix_key, **{key: booster}, **fit_params)
     model.set_params(**{param: resource})
     return TrainStep(model, resource, previous, True, resource - previous)
 
@@ -260,6 +277,7 @@ def train_param(
     *,
     param: str,
     fit_params: dict[str, Any] | None = None,
+    matrix_key: Hashable | None = None,
 ) -> TrainStep:
     """Train with estimator parameter ``param`` set to the budget.
 
@@ -270,7 +288,8 @@ def train_param(
     ``n_estimators`` (boosting rounds) continue from the previous booster, the same model
     as ``resource`` rounds at once; a skorch net's ``max_epochs`` train ``resource -
     previous`` more epochs on its module (:func:`is_torch_net`). Otherwise the model is
-    refitted with ``param = resource``.
+    refitted with ``param = resource``. ``matrix_key`` names ``(X, y)`` (a search's fold):
+    an xgboost model's training matrix is then built once per key on this worker.
     """
     resource, previous = _check_budget(resource, previous)
     check_resource(param, state)
@@ -280,7 +299,9 @@ def train_param(
     if _xgboost_rounds(state, param) and previous > 0 and _is_fitted(state):
         if resource == previous:
             return TrainStep(copy.deepcopy(state), resource, previous, True, 0)
-        return _continue_xgboost(state, X, y, resource, previous, param, fit_params)
+        return _continue_xgboost(
+            state, X, y, resource, previous, param, fit_params, matrix_key
+        )
     warm = _warm_start_key(param)
     has_warm = warm in state.get_params(deep=True)
     if has_warm and previous > 0 and _is_fitted(state):
@@ -293,7 +314,10 @@ def train_param(
         return TrainStep(model, resource, previous, True, resource - previous)
     model = _fresh(state)
     model.set_params(**({param: resource, warm: True} if has_warm else {param: resource}))
-    model.fit(X, y, **fit_params)
+    if _xgboost_rounds(state, param):
+        _xgb_fit(model, X, y, param, matrix_key, **fit_params)
+    else:
+        model.fit(X, y, **fit_params)
     return TrainStep(model, resource, previous, False, resource)
 
 

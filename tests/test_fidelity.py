@@ -284,6 +284,32 @@ def test_xgboost_rounds_continue_inside_a_pipeline() -> None:
     assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
 
 
+def test_xgboost_training_matrix_is_built_once_per_fold_key() -> None:
+    from dmlsearch._xgb_matrices import matrix_stats
+
+    key = ("test-run", 0)
+    before = matrix_stats()
+    trials = [_xgb(learning_rate=r) for r in (0.1, 0.3, 0.5)]
+    firsts = [train_param(t, X, Y, 3, param="n_estimators", matrix_key=key) for t in trials]
+    steps = [
+        train_param(f.estimator, X.copy(), Y, 7, previous=3, param="n_estimators", matrix_key=key)
+        for f in firsts
+    ]
+    after = matrix_stats()
+    # Six fits, one sketch of the rows: the other five fits reuse it.
+    assert after["built"] - before["built"] == 1
+    assert after["reused"] - before["reused"] == 5
+    for trial, step in zip(trials, steps, strict=True):
+        straight = train_param(trial, X, Y, 7, param="n_estimators").estimator  # no cache
+        assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
+        assert "_create_dmatrix" not in vars(step.estimator)  # nothing left on the model
+    # Another fold (key) or a weighted fit builds its own.
+    train_param(_xgb(), X, Y, 2, param="n_estimators", matrix_key=("test-run", 1))
+    weighted = {"sample_weight": np.ones(len(Y))}
+    train_param(_xgb(), X, Y, 2, param="n_estimators", matrix_key=key, fit_params=weighted)
+    assert matrix_stats()["reused"] == after["reused"]
+
+
 def test_xgboost_from_an_unfitted_state_refits() -> None:
     step = train_param(_xgb(), X, Y, 5, previous=2, param="n_estimators")
     assert (step.continued, step.work) == (False, 5)
