@@ -804,16 +804,32 @@ def registry_delete_version(
     name: ModelArg,
     version: Annotated[int, typer.Argument(metavar="VERSION", help="Version number.")],
     yes: YesOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete it even if a registered ensemble has it as a member."
+        ),
+    ] = False,
     registry: RegistryOpt = None,
 ) -> None:
-    """Delete one version of a model. Its aliases go too; `registry gc` frees its file."""
+    """Delete one version of a model. Its aliases go too; `registry gc` frees its file.
+
+    A member of a registered ensemble is refused unless --force (the ensemble would no
+    longer load)."""
     with _open_registry(registry) as reg:
         _known_model(reg, name)
         record = reg.model_version(name, version=version)
+        users = [] if force else reg.ensembles_using(name, version)
+        if users:
+            raise _fail(
+                f"error: {name} version {version} is a member of the ensemble version(s) "
+                f"{', '.join(users)}; delete those first, or pass --force",
+                2,
+            )
         if not yes:
             aliases = f", aliases {', '.join(record.aliases)}" if record.aliases else ""
             _confirm(f"Delete {name} version {version}{aliases} from {reg.url}?")
-        reg.delete_version(name, version)
+        reg.delete_version(name, version, force=force)
     typer.echo(f"deleted {name} version {version}")
 
 

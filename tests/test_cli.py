@@ -633,6 +633,28 @@ def test_model_names_suggest_and_aliases_and_versions_delete(in_tmp: Path) -> No
     ]
 
 
+def test_delete_version_refuses_an_ensemble_member_without_force(in_tmp: Path) -> None:
+    from sklearn.linear_model import Ridge
+
+    from dmlsearch.ensemble import WeightedEnsemble, register_ensemble
+
+    url = f"sqlite:///{in_tmp / 'reg.db'}"
+    X, y = [[0.0], [1.0], [2.0]], [0.0, 1.0, 2.0]
+    with Registry(url) as registry:
+        members = [Ridge(alpha=a).fit(X, y) for a in (0.1, 1.0)]
+        versions = [registry.register_model("r", m).version for m in members]
+        ensemble = WeightedEnsemble(members, [1, 1]).fit()
+        ensemble.member_versions_ = [("r", v) for v in versions]
+        ensemble.members_ = [None, None]
+        register_ensemble(registry, "ens", ensemble)
+    assert_clean_failure(
+        invoke("registry", "delete-version", "r", "1", "--yes", "--registry", url), 2, "ens:1"
+    )
+    assert len(ok_json("registry", "versions", "r", "--registry", url)) == 2
+    result = invoke("registry", "delete-version", "r", "1", "--yes", "--force", "--registry", url)
+    assert result.exit_code == 0 and "deleted r version 1" in result.stdout
+
+
 def test_gc_dry_run_lists_and_keeps(in_tmp: Path) -> None:
     url = f"sqlite:///{in_tmp / 'reg.db'}"
     from sklearn.linear_model import LogisticRegression
