@@ -1,6 +1,7 @@
 """The scheduler dies mid-search (docs/reliability.md): the driver ends with
 SchedulerLostError, the registry is intact, and ``resume=True`` on a new cluster finishes
-the experiment with every trial exactly once.
+the experiment with every trial exactly once. The same loss during a bagging fit and an
+ASHA search ends each with SchedulerLostError within 60 s, the registry intact.
 
 The cluster is a real ``dask scheduler`` and ``dask worker``, as a user would start them
 (and as ``cluster.address`` in an experiment file points at).
@@ -26,7 +27,8 @@ import pytest
 from distributed import Client
 from sklearn.datasets import make_classification
 
-from dmlsearch import Registry, SearchCV
+from dmlsearch import Float, Registry, SearchCV
+from dmlsearch.ensemble import BaggingClassifier
 from dmlsearch.exceptions import SchedulerLostError
 from dmlsearch.testing import SleepyClassifier
 
@@ -98,10 +100,11 @@ def search_of(client: Any, registry: Registry, *, resume: bool, trials: int = N_
     )
 
 
-def recorded(url: str, artifacts: str) -> int:
+def recorded(url: str, artifacts: str, experiment: str = EXPERIMENT) -> int:
+    """How many trials (steps, for a multi-fidelity search) ``experiment`` has recorded."""
     try:
         with Registry(url, artifacts, create=False) as registry:
-            return len(registry.trials(EXPERIMENT))
+            return len(registry.trials(experiment))
     except Exception:  # not created yet
         return 0
 
@@ -111,32 +114,15 @@ def test_scheduler_killed_mid_search_then_resumed_on_a_new_cluster(
 ) -> None:
     X, y = data
     url, artifacts = f"sqlite:///{tmp_path / 'registry.db'}", str(tmp_path / "artifacts")
-    outcome: dict[str, Any] = {}
 
-    def fit(address: str) -> None:
-        try:
-            search_of(address, Registry(url, artifacts), resume=False).fit(X, y)
-        except BaseException as exc:
-            outcome["error"] = exc
-        outcome["ended"] = time.monotonic()
+    def run(address: str) -> None:
+        search_of(address, Registry(url, artifacts), resume=False).fit(X, y)
 
-    with dask_cluster(tmp_path / "first") as (address, scheduler):
-        driver = threading.Thread(target=fit, args=(address,), daemon=True)
-        driver.start()
-        deadline = time.monotonic() + 60
-        while recorded(url, artifacts) < 3:  # mid-search: some trials are recorded
-            assert driver.is_alive(), outcome
-            assert time.monotonic() < deadline, "the search never got going"
-            time.sleep(0.05)
-        scheduler.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        driver.join(timeout=60)
-        assert not driver.is_alive(), "the driver was still running 60 s after the scheduler died"
-    error = outcome.get("error")
-    assert isinstance(error, SchedulerLostError), repr(error)
-    assert address in str(error) and "resume=True" in str(error)
-    assert error.__suppress_context__  # one error, not distributed's chain
-    print(f"\nthe driver ended {outcome['ended'] - killed:.1f} s after the scheduler died")
+    error, ended_after, address = killed_mid_run(  # mid-search: some trials are recorded
+        tmp_path / "first", run, lambda address: recorded(url, artifacts) >= 3
+    )
+    check_lost(error, address, ended_after)
+    assert "resume=True" in str(error)
 
     with Registry(url, artifacts, create=False) as registry:
         assert registry.verify_errors() == {}
@@ -158,3 +144,111 @@ def test_scheduler_killed_mid_search_then_resumed_on_a_new_cluster(
         assert registry.experiment(EXPERIMENT).status == "complete"
         assert registry.verify_errors() == {}
         assert registry.load_model(EXPERIMENT).parameter in range(N_TRIALS)
+
+
+# -- under bagging and under ASHA -------------------------------------------------------------
+
+
+def computed(address: str) -> float:
+    """Seconds of task compute the scheduler at ``address`` has recorded so far."""
+
+    def total(dask_scheduler: Any) -> float:
+        return float(
+            sum(
+                tp.all_durations.get("compute", 0.0) for tp in dask_scheduler.task_prefixes.values()
+            )
+        )
+
+    with Client(address, timeout="10s", set_as_default=False) as monitor:
+        return float(monitor.run_on_scheduler(total))
+
+
+def killed_mid_run(folder: Path, run: Any, started: Any) -> tuple[BaseException | None, float, str]:
+    """Run ``run(address)`` on a fresh cluster in a thread, SIGKILL the scheduler once
+    ``started(address)`` holds, and wait up to 60 s for the driver to end. Returns the
+    driver's error, the seconds from the kill to its end, and the address."""
+    outcome: dict[str, Any] = {}
+
+    def driver_main(address: str) -> None:
+        try:
+            run(address)
+        except BaseException as exc:
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    with dask_cluster(folder) as (address, scheduler):
+        driver = threading.Thread(target=driver_main, args=(address,), daemon=True)
+        driver.start()
+        deadline = time.monotonic() + 60
+        while not started(address):  # mid-run: some work is done
+            assert driver.is_alive(), outcome
+            assert time.monotonic() < deadline, "the run never got going"
+            time.sleep(0.05)
+        assert driver.is_alive(), "the run ended before the scheduler could be killed"
+        scheduler.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        driver.join(timeout=60)
+        assert not driver.is_alive(), "the driver was still running 60 s after the scheduler died"
+    return outcome.get("error"), outcome["ended"] - killed, address
+
+
+def check_lost(error: BaseException | None, address: str, ended_after: float) -> None:
+    assert isinstance(error, SchedulerLostError), repr(error)
+    assert address in str(error), str(error)
+    assert error.__suppress_context__  # one error, not distributed's chain
+    print(f"\nthe driver ended {ended_after:.1f} s after the scheduler died")
+
+
+def test_scheduler_killed_mid_bagging_fit(tmp_path: Path, data: Any) -> None:
+    # 120 members of 0.1 s on one single-thread worker: 12 s of work, killed after the first.
+    X, y = data
+    bag = BaggingClassifier(SleepyClassifier(seconds=0.1), n_estimators=120, random_state=0)
+
+    def run(address: str) -> None:
+        bag.set_params(client=address).fit(X, y)
+
+    error, ended_after, address = killed_mid_run(
+        tmp_path, run, lambda address: computed(address) > 0
+    )
+    check_lost(error, address, ended_after)
+    # Bagging records nothing in a registry; what matters is that no members are left on a
+    # bag whose fit failed, to predict with or register.
+    assert not hasattr(bag, "estimators_")
+
+
+def test_scheduler_killed_mid_asha_search(tmp_path: Path) -> None:
+    # 24 trials on rungs of 10, 30 and 90 training rows, each step 2 folds of 0.1 s on one
+    # single-thread worker: at least 5 s of work, killed once 3 steps are recorded.
+    X, y = make_classification(n_samples=200, n_features=4, random_state=0)
+    url, artifacts = f"sqlite:///{tmp_path / 'registry.db'}", str(tmp_path / "artifacts")
+    name = "scheduler-loss-asha"
+
+    def run(address: str) -> None:
+        SearchCV(
+            SleepyClassifier(seconds=0.1),
+            {"parameter": Float(0.0, 1.0)},
+            scheduler="asha",
+            resource="n_samples",
+            min_resource=10,
+            max_resource=90,
+            n_trials=24,
+            cv=2,
+            random_state=0,
+            client=address,
+            registry=Registry(url, artifacts),
+            experiment_name=name,
+            progress=False,
+        ).fit(X, y)
+
+    error, ended_after, address = killed_mid_run(
+        tmp_path, run, lambda address: recorded(url, artifacts, name) >= 3
+    )
+    check_lost(error, address, ended_after)
+    assert "resume=True" in str(error)
+    with Registry(url, artifacts, create=False) as registry:
+        assert registry.verify_errors() == {}
+        assert all(registry.verify().values())
+        steps = registry.trials(name)
+        assert len(steps) >= 3
+        assert set(steps["state"]) == {"complete"}
+        assert registry.experiment(name).status != "running"
