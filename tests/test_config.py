@@ -198,7 +198,8 @@ def test_alias_bomb_is_refused() -> None:
         lines.append(f"a{i}: &a{i} [{refs}]")
     start = time.perf_counter()
     errors = problems("\n".join(lines) + "\n")
-    assert time.perf_counter() - start < 1.0
+    # A hang detector, not a speed test: expanding the bomb would take minutes and GBs.
+    assert time.perf_counter() - start < 30
     assert "expands to more than" in errors[""].message
     many = "base: &b 1\n" + "".join(f"k{i}: *b\n" for i in range(150))
     assert "aliases" in problems(many)[""].message
@@ -705,7 +706,8 @@ def test_open_client_address_and_unreachable(client: Client) -> None:
         open_client(cfg),
     ):
         pass
-    assert time.perf_counter() - start < 10
+    # connect_timeout is 1 s: far under this bound even on a loaded machine, far over a hang.
+    assert time.perf_counter() - start < 30
     with open_client(parse_config(STARTER)) as none:
         assert none is None
 

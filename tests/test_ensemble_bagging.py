@@ -15,6 +15,7 @@ from sklearn.base import clone
 from sklearn.datasets import load_diabetes, make_classification
 from sklearn.ensemble import BaggingClassifier as SkBaggingClassifier
 from sklearn.ensemble import GradientBoostingClassifier
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier
@@ -282,6 +283,8 @@ def test_a_member_that_raises_is_named(client, data):
     assert "FailingClassifier asked to fail" in str(info.value)
     assert isinstance(info.value.__cause__, ValueError)
     assert info.value.member.startswith("BaggingClassifier member")
+    with pytest.raises(NotFittedError):  # not an AttributeError on a half-fitted bag
+        bag.predict(X)
 
 
 def test_worker_killed_mid_fit_is_retried_and_changes_nothing(client, fresh_cluster, data):

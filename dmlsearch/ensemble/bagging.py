@@ -219,7 +219,7 @@ class _BaseBagging(ClientParam, BaseEstimator):
     @property
     def estimators_samples_(self) -> list[np.ndarray]:
         """The rows each member was fitted on (drawn again from its seed, as scikit-learn does)."""
-        check_is_fitted(self)
+        check_is_fitted(self, "estimators_")
         spec = self._spec()
         return [draw_member(seed, spec, self._sample_weight)[2] for seed in self._seeds]
 
@@ -240,7 +240,8 @@ class _BaseBagging(ClientParam, BaseEstimator):
         return state
 
     def _check_X(self, X: Any) -> Any:
-        check_is_fitted(self)
+        # fit sets estimator_ and classes_ before the members: a fit that failed left those.
+        check_is_fitted(self, "estimators_")
         return validate_data(
             self,
             X,
