@@ -33,6 +33,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.cluster
 
 N, D, B, SEED = 203, 5, 10, 7  # odd N: rank 1's shard starts at row N // 2
+#: Errors that only a cluster without GPUs raises (the probe finds none).
+NEEDS_NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="the workers see a GPU")
 
 
 def model_fn() -> torch.nn.Module:
@@ -122,6 +124,15 @@ def test_allreduce_equals_single_process_sgd_on_concatenated_batches(
     assert all(h["sync_rounds"] == (N // 2) // B for h in fitted.history_)
     assert fitted.history_[1]["loss"] < fitted.history_[0]["loss"]
     assert client.get_metadata(METADATA_KEY, default={}) == {}
+    if not torch.cuda.is_available():  # "auto" on workers without a GPU: gloo on CPU
+        assert (fitted.device_, fitted.backend_, fitted.rank_devices_) == (
+            "cpu",
+            "gloo",
+            ["cpu", "cpu"],
+        )
+        explicit = trainer(client, device="cpu", backend="gloo").fit(*data)
+        for a, b in zip(explicit.model_.parameters(), fitted.model_.parameters(), strict=True):
+            assert torch.equal(a, b)
 
 
 def test_average_every_step_equals_allreduce_and_every_k_is_local_sgd(
@@ -192,6 +203,20 @@ def test_shuffle_is_reproducible_with_random_state(
         ({"batch_size": 0}, InvalidParameterError, "batch_size: expected an int >= 1"),
         ({"optimizer_fn": lambda p: None}, InvalidParameterError, "torch.optim.Optimizer"),
         ({"loss_fn": torch.nn.functional.cross_entropy}, InvalidParameterError, "fail on a batch"),
+        ({"device": "gpu"}, InvalidParameterError, "device: expected one of 'auto', 'cpu'"),
+        ({"device": "cpu", "backend": "nccl"}, InvalidParameterError, "'nccl' runs on GPUs only"),
+        pytest.param(
+            {"device": "cuda"},
+            InvalidParameterError,
+            "device: 'cuda' needs a GPU on every rank's worker",
+            marks=NEEDS_NO_GPU,
+        ),
+        pytest.param(
+            {"backend": "nccl"},
+            InvalidParameterError,
+            "backend: 'nccl' needs a GPU on every rank's worker",
+            marks=NEEDS_NO_GPU,
+        ),
     ],
 )
 def test_bad_input_fails_before_any_rank_starts(
@@ -271,6 +296,8 @@ def test_the_trained_model_is_registered_with_its_lineage_and_curves(
     assert lineage["data_fingerprint"] == data_fingerprint(X, y)
     assert (lineage["sync"], lineage["world_size"], lineage["epochs"]) == ("allreduce", 2, 3)
     assert lineage["batch_size"] == B and lineage["random_state"] == SEED
+    assert (lineage["device"], lineage["backend"]) == (fitted.device_, fitted.backend_)
+    assert lineage["rank_devices"] == fitted.rank_devices_
     assert lineage["checkpoint"]["sha256"] == fitted.checkpoint_.sha256
     # The per-epoch curves, as the trainer measured them.
     assert [e["epoch"] for e in lineage["history"]] == [1, 2, 3]

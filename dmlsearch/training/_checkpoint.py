@@ -21,23 +21,44 @@ __all__ = ["Checkpoint", "CheckpointInbox", "state_bytes", "state_from_bytes"]
 logger = logging.getLogger("dmlsearch")
 
 
+def _on_cpu(value: Any) -> Any:
+    """``value`` (a state dict, nested) with every tensor copied to host memory."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        out = type(value)((k, _on_cpu(v)) for k, v in value.items())
+        if hasattr(
+            value, "_metadata"
+        ):  # a state_dict's module versions: load_state_dict reads them
+            out._metadata = value._metadata  # type: ignore[attr-defined]
+        return out
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
+
+
 def state_bytes(
     epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
 ) -> bytes:
-    """``torch.save`` of ``{"epoch", "model", "optimizer"}`` (state dicts: tensors and numbers)."""
+    """``torch.save`` of ``{"epoch", "model", "optimizer"}`` (state dicts: tensors and numbers).
+
+    Tensors are saved from host memory whatever device the model is on, so that a driver
+    (or a registry's reader) without a GPU loads them.
+    """
     buf = io.BytesIO()
     state = {
         "epoch": epoch,
-        "model": model.state_dict(),
-        "optimizer": None if optimizer is None else optimizer.state_dict(),
+        "model": _on_cpu(model.state_dict()),
+        "optimizer": None if optimizer is None else _on_cpu(optimizer.state_dict()),
     }
     torch.save(state, buf)
     return buf.getvalue()
 
 
 def state_from_bytes(data: bytes) -> dict[str, Any]:
-    """The state :func:`state_bytes` wrote, loaded with ``weights_only=True`` (no pickle code)."""
-    state: dict[str, Any] = torch.load(io.BytesIO(data), weights_only=True)
+    """The state :func:`state_bytes` wrote, loaded with ``weights_only=True`` (no pickle code),
+    on CPU."""
+    state: dict[str, Any] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     return state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ._checkpoint import state_bytes, state_from_bytes
-from ._sync import make_sync
+from ._sync import make_sync, settle
 
 __all__ = ["JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
 
@@ -40,6 +41,15 @@ class JobSpec:
     timeout: float
     checkpoint_every: int | None
     checkpoint_var: str | None
+    backend: str = "gloo"
+    rank_devices: tuple[str, ...] = ()  # per rank, "cpu" or "cuda:i"; () is CPU everywhere
+
+    def device(self, rank: int) -> torch.device:
+        """Rank ``rank``'s device (made current on its thread when it is a GPU)."""
+        device = torch.device(self.rank_devices[rank] if self.rank_devices else "cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        return device
 
 
 def free_port() -> int:
@@ -84,23 +94,31 @@ def publish(job: JobSpec, epoch: int, data: bytes, history: list[dict[str, Any]]
 def _epoch(
     job: JobSpec, rank: int, epoch: int, net: Any, sync: Any, opt: Any, X: Any, y: Any
 ) -> dict[str, Any]:
+    device = job.device(rank)
     order = None
     if job.shuffle:
         order = np.random.default_rng([job.seed, rank, epoch]).permutation(len(X))
     started = time.perf_counter()
     sync_before, rounds_before = sync.sync_seconds, sync.rounds
-    total = 0.0
+    # Summed where the loss is: reading it every step would wait for a GPU every step.
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for t, rows in enumerate(rank_batches(len(X), job.steps, job.batch_size, order)):
         opt.zero_grad()
-        loss = job.loss_fn(net(X[rows]), y[rows])
+        # The shard stays in host memory; each batch goes to the device as it is used.
+        xb = X[rows].to(device, non_blocking=True)
+        yb = y[rows].to(device, non_blocking=True)
+        loss = job.loss_fn(net(xb), yb)
         loss.backward()
         opt.step()
         sync.after_step(t)
-        total += float(loss.detach())
+        total += loss.detach().reshape(())
     sync.end_epoch(job.steps)
+    settle(device)
     seconds = time.perf_counter() - started
-    # One small collective for the epoch's figures, averaged over the ranks.
-    stats = torch.tensor([total / job.steps, sync.sync_seconds - sync_before], dtype=torch.float64)
+    # One small collective for the epoch's figures, averaged over the ranks (on the
+    # rank's device: NCCL reduces GPU tensors only).
+    spent = torch.tensor([sync.sync_seconds - sync_before], dtype=torch.float64, device=device)
+    stats = torch.cat([(total / job.steps).reshape(1), spent])
     dist.all_reduce(stats)
     stats /= job.world_size
     return {
@@ -117,6 +135,7 @@ def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
     state = state_from_bytes(job.initial)
     model = job.model_fn()
     model.load_state_dict(state["model"])
+    model.to(job.device(rank))  # before the optimizer is built on its parameters
     model.train()
     sync = make_sync(job.sync, model, job.average_every)
     opt = job.optimizer_fn(model.parameters())
@@ -138,12 +157,21 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
     # Dask's nanny sets OMP_NUM_THREADS=1; use the threads the worker was given.
     torch.set_num_threads(max(1, nthreads))
     torch.manual_seed(job.seed + rank)
+    device = job.device(rank)
+    options: dict[str, Any] = {}
+    if job.backend == "nccl":
+        # By default NCCL's watchdog kills the process when a collective times out; with
+        # blocking waits the collective raises in the rank instead, as gloo's do (read
+        # when the process group is made; a user's own setting is kept).
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+        options["device_id"] = device
     dist.init_process_group(
-        "gloo",
+        job.backend,
         init_method=f"tcp://{job.host}:{job.port}",
         rank=rank,
         world_size=job.world_size,
         timeout=timedelta(seconds=job.timeout),
+        **options,
     )
     try:
         # The model, DDP and optimizer live in _train's frame: freed when it returns, while

@@ -1,4 +1,4 @@
-"""Bounded staleness (``sync="ssp"``): a parameter server on a Dask actor (runs on workers).
+"""Bounded staleness (``sync="ssp"``): a parameter server on a Dask actor.
 
 Each rank computes the gradient of its batch on the weights it holds and pushes it; the
 server applies it at once with the job's optimizer, counts a clock per rank and answers
@@ -6,7 +6,8 @@ with the new weights and the slowest clock (one round trip a step). A rank whose
 is more than ``staleness`` steps ahead of the slowest waits before its next step
 (``staleness=None``: never, fully asynchronous). There are no collectives: a slow rank
 slows the others only through the staleness bound. Only parameters are served; buffers
-(BatchNorm statistics) stay each rank's own.
+(BatchNorm statistics) stay each rank's own. The server keeps the model in host memory;
+a rank on a GPU sends its gradients and takes the weights through host memory.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from distributed import Client
 
-from ._checkpoint import state_bytes, state_from_bytes
+from ..runner.gang import Gang
+from ._checkpoint import CheckpointInbox, state_bytes, state_from_bytes
 from ._rank import JobSpec, _tensor, publish, rank_batches
 
-__all__ = ["ParameterServer", "server_state", "train_ssp_rank"]
+__all__ = ["ParameterServer", "run_ssp", "server_state", "train_ssp_rank"]
 
 
 class ParameterServer:
@@ -74,9 +77,7 @@ def server_state(ps: Any, epoch: int) -> bytes:
     return data
 
 
-def _wait(
-    ps: Any, clock: int, low: int, staleness: int | None, timeout: float
-) -> tuple[int, bool]:
+def _wait(ps: Any, clock: int, low: int, staleness: int | None, timeout: float) -> tuple[int, bool]:
     """Wait while ``clock`` is more than ``staleness`` steps ahead of the slowest rank.
 
     Returns the slowest clock seen and whether this rank waited (its weights are then
@@ -109,8 +110,10 @@ def train_ssp_rank(
     """One rank of an SSP job; returns its own figures per epoch."""
     torch.set_num_threads(max(1, nthreads))
     torch.manual_seed(job.seed + rank)
+    device = job.device(rank)
     model = job.model_fn()
     model.load_state_dict(state_from_bytes(job.initial)["model"])
+    model.to(device)
     model.train()
     params = list(model.parameters())
     Xt, yt = _tensor(X), _tensor(y)
@@ -130,11 +133,13 @@ def train_ssp_rank(
             _load(params, weights)
             waited += time.perf_counter() - sync_started
             model.zero_grad()
-            loss = job.loss_fn(model(Xt[rows]), yt[rows])
+            xb, yb = Xt[rows].to(device, non_blocking=True), yt[rows].to(device, non_blocking=True)
+            loss = job.loss_fn(model(xb), yb)
             loss.backward()
             pushed = time.perf_counter()
             # The weights for the next step come back with the push: one round trip.
-            weights, low = ps.push_pull(rank, [p.grad.numpy().copy() for p in params]).result()
+            grads = [p.grad.detach().to("cpu", copy=True).numpy() for p in params]
+            weights, low = ps.push_pull(rank, grads).result()
             waited += time.perf_counter() - pushed
             clock += 1
             total += float(loss.detach())
@@ -154,3 +159,33 @@ def train_ssp_rank(
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
             publish(job, epoch + 1, ps.checkpoint(epoch + 1).result(), history)
     return {"rank": rank, "history": history, "state": None}
+
+
+def run_ssp(
+    client: Client,
+    gang: Gang,
+    job: JobSpec,
+    args: list[tuple[Any, ...]],
+    checkpoints: CheckpointInbox,
+    staleness: int | None,
+) -> list[dict[str, Any]]:
+    """On the driver: the ranks (``args``: each one's ``(job, rank, nthreads, X, y)``) push
+    to and pull from a parameter server (a Dask actor on rank 0's worker)."""
+    first = gang.workers[0]
+    server = client.submit(
+        ParameterServer, job, actor=True, workers=[first], allow_other_workers=False
+    )
+    ps: Any = server.result()  # an Actor: its methods return futures
+    ranks = [(*a, ps, staleness) for a in args]
+    # No collectives, so a fast rank may end long before a slow one: no finish_grace.
+    results: list[dict[str, Any]] = gang.run(
+        train_ssp_rank, ranks, on_tick=checkpoints.poll, finish_grace=None
+    )
+    checkpoints.poll()
+    final = client.submit(server_state, ps, job.epochs, workers=[first], pure=False)
+    results[0]["state"] = state = final.result()
+    every = job.checkpoint_every
+    if every and job.epochs % every == 0:
+        # Rank 0 published its last epoch before the slower ranks' last steps.
+        checkpoints.store(job.epochs, state, results[0]["history"])
+    return results

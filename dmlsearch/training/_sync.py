@@ -5,7 +5,8 @@
 * ``average`` (local SGD): each rank steps on its own gradients; the parameters (and
   floating buffers) are averaged every ``average_every`` steps and at the end of an epoch.
 
-Both time the collectives they run (``sync_seconds``) and count them (``rounds``).
+Both time the collectives they run (``sync_seconds``, on a GPU until the device has done
+them) and count them (``rounds``). They reduce tensors where the model is (CPU or GPU).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["Averaging", "GradientAllReduce", "make_sync"]
+__all__ = ["Averaging", "GradientAllReduce", "make_sync", "settle"]
 
 
 class _Sync:
@@ -40,6 +41,13 @@ class _Sync:
         """After the last step of an epoch of ``steps`` steps."""
 
 
+def settle(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (a GPU runs asynchronously; a collective may
+    only be queued when ``all_reduce`` returns), so that a timer read next measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _timed_allreduce(sync: GradientAllReduce, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
     # Synchronous on purpose: the time is exactly the collective's, and gloo on CPU
     # shares its cores with the backward pass anyway.
@@ -47,6 +55,7 @@ def _timed_allreduce(sync: GradientAllReduce, bucket: dist.GradBucket) -> torch.
     buffer = bucket.buffer()
     buffer.div_(dist.get_world_size())
     dist.all_reduce(buffer)
+    settle(buffer.device)
     sync.sync_seconds += time.perf_counter() - started
     if bucket.is_last():
         sync.rounds += 1
@@ -95,6 +104,7 @@ class Averaging(_Sync):
             n = t.numel()
             t.copy_(flat[offset : offset + n].view_as(t))
             offset += n
+        settle(flat.device)
         self.sync_seconds += time.perf_counter() - started
         self.rounds += 1
 

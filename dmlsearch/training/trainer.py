@@ -2,8 +2,9 @@
 
 ``fit`` checks everything it can on the driver, reserves ``n_workers`` workers at once
 (:mod:`dmlsearch.runner.gang`), scatters each rank's contiguous shard of rows once to its
-worker, and runs one rank per worker: ``torch.distributed`` over gloo, rendezvous on a
-port chosen at run time on rank 0's host. Rank 0 hands a checkpoint to the driver every
+worker, and runs one rank per worker: ``torch.distributed`` over gloo (NCCL when every
+rank has a GPU of its own; :mod:`._device`), rendezvous on a port chosen at run time on
+rank 0's host. Rank 0 hands a checkpoint to the driver every
 ``checkpoint_every`` epochs; the driver keeps the last (or stores each in the registry's
 artifact store). A rank that raises or whose worker leaves ends ``fit`` within seconds
 with :class:`~dmlsearch.exceptions.TrainingError` naming the worker. With a ``registry``,
@@ -14,7 +15,6 @@ world size, epochs) and its per-epoch curves.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import numbers
 import uuid
@@ -29,7 +29,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from .._recording import data_fingerprint, input_signature
-from ..ensemble._common import check_bool, entropy_of
+from ..ensemble._common import entropy_of
 from ..exceptions import (
     GangError,
     GangWorkerLostError,
@@ -41,15 +41,15 @@ from ..runner.cluster import resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
 from ._data import check_data, head, place_shards
+from ._device import DevicePlan, plan_devices, probe_workers
+from ._params import SYNCS, check_name, check_params
 from ._rank import JobSpec, free_port, train_rank
-from ._ssp import ParameterServer, server_state, train_ssp_rank
+from ._ssp import run_ssp
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
 
 logger = logging.getLogger("dmlsearch")
 
-#: The synchronisation models ``sync`` accepts.
-SYNCS = ("allreduce", "average", "ssp")
 #: How many times an ``elastic`` fit resumes after losing a worker before it gives up.
 MAX_RESUMES = 3
 
@@ -61,27 +61,6 @@ class _Start:
     state: bytes
     epoch: int = 0
     history: tuple[dict[str, Any], ...] = ()
-
-
-def _check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
-    if none and value is None:
-        return
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-        extra = " or None" if none else ""
-        raise InvalidParameterError(name, f"expected an int >= {low}{extra}, got {value!r}")
-
-
-def _check_name(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise InvalidParameterError(name, f"expected a non-empty model name or None, got {value!r}")
-
-
-def _check_sync(sync: Any, staleness: Any) -> None:
-    if sync not in SYNCS:
-        close = difflib.get_close_matches(str(sync), SYNCS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
-    _check_int("staleness", staleness, 0, none=True)
 
 
 class DataParallelTrainer(BaseEstimator):
@@ -97,10 +76,17 @@ class DataParallelTrainer(BaseEstimator):
     fully asynchronous).
     ``timeout``: seconds a collective (and the ranks' rendezvous) may wait.
 
-    Fitted: ``model_`` (the trained module, on the driver), ``history_`` (per epoch:
-    ``loss``, ``seconds``, ``samples_per_s``, ``sync_s``, ``sync_rounds``), ``n_workers_``,
-    ``checkpoint_`` (the last :class:`Checkpoint`, or None), ``resumed_`` (one dict per
-    resume of an ``elastic`` fit: ``epoch``, lost ``worker``, ``n_workers`` after).
+    ``device``: ``"cpu"``, ``"cuda"`` (every rank's worker must see a GPU) or ``"auto"``
+    (CUDA when every rank's worker sees a GPU, else CPU). ``backend``: ``"auto"`` (NCCL
+    when every rank has a GPU of its own, else gloo), ``"gloo"`` or ``"nccl"``. Both are
+    decided for all ranks before any starts; see docs/training.md.
+
+    Fitted: ``model_`` (the trained module, on the driver, on CPU), ``history_`` (per
+    epoch: ``loss``, ``seconds``, ``samples_per_s``, ``sync_s``, ``sync_rounds``),
+    ``n_workers_``, ``device_`` (``"cpu"`` or ``"cuda"``), ``backend_``, ``rank_devices_``
+    (each rank's, e.g. ``"cuda:0"``), ``checkpoint_`` (the last :class:`Checkpoint`, or
+    None), ``resumed_`` (one dict per resume of an ``elastic`` fit: ``epoch``, lost
+    ``worker``, ``n_workers`` after).
 
     ``elastic=True``: when a rank's worker is lost, training resumes from the last
     checkpoint (or from the start) on the workers the cluster has then (at most
@@ -132,6 +118,8 @@ class DataParallelTrainer(BaseEstimator):
         timeout: float = 60.0,
         elastic: bool = False,
         model_name: str | None = None,
+        device: str = "auto",
+        backend: str = "auto",
     ) -> None:
         self.model_fn = model_fn
         self.loss_fn = loss_fn
@@ -150,6 +138,8 @@ class DataParallelTrainer(BaseEstimator):
         self.timeout = timeout
         self.elastic = elastic
         self.model_name = model_name
+        self.device = device
+        self.backend = backend
 
     def __sklearn_clone__(self) -> DataParallelTrainer:
         # The client and the registry are handles to shared services: shared, not copied.
@@ -163,28 +153,6 @@ class DataParallelTrainer(BaseEstimator):
             state["client"] = None
         state["registry"] = None
         return state
-
-    def _check_params(self) -> None:
-        for name in ("model_fn", "loss_fn", "optimizer_fn"):
-            if not callable(getattr(self, name)):
-                raise InvalidParameterError(
-                    name, f"expected a callable, got {getattr(self, name)!r}"
-                )
-        _check_int("epochs", self.epochs, 1)
-        _check_int("batch_size", self.batch_size, 1)
-        _check_int("n_workers", self.n_workers, 1)
-        _check_int("average_every", self.average_every, 1)
-        _check_int("checkpoint_every", self.checkpoint_every, 1, none=True)
-        check_bool("shuffle", self.shuffle)
-        check_bool("elastic", self.elastic)
-        _check_sync(self.sync, self.staleness)
-        if not isinstance(self.timeout, numbers.Real) or not self.timeout > 0:
-            raise InvalidParameterError("timeout", f"expected seconds > 0, got {self.timeout!r}")
-        if self.registry is not None and not hasattr(self.registry, "artifacts"):
-            raise InvalidParameterError(
-                "registry", f"expected a dmlsearch Registry or None, got {self.registry!r}"
-            )
-        _check_name("model_name", self.model_name)
 
     def _initial_model(self, seed: int, X: Any, y: Any) -> torch.nn.Module:
         """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
@@ -218,7 +186,7 @@ class DataParallelTrainer(BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> DataParallelTrainer:
         """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
-        self._check_params()
+        check_params(self)
         w = int(self.n_workers)
         Xa, ya = check_data(X, y, w * int(self.batch_size))
         self.data_fingerprint_ = data_fingerprint(Xa, ya)
@@ -261,7 +229,7 @@ class DataParallelTrainer(BaseEstimator):
             raise InvalidParameterError(
                 "registry", f"expected a dmlsearch Registry to register into, got {registry!r}"
             )
-        _check_name("name", name)
+        check_name("name", name)
         name = name or self.model_name or f"{type(self.model_).__name__}-{uuid.uuid4().hex[:8]}"
         self.model_version_ = registry.register_model(
             name,
@@ -297,6 +265,9 @@ class DataParallelTrainer(BaseEstimator):
             "random_state": self.random_state
             if isinstance(self.random_state, numbers.Integral)
             else None,
+            "device": self.device_,
+            "backend": self.backend_,
+            "rank_devices": list(self.rank_devices_),
             "resumed": list(self.resumed_),
             "checkpoint": None if last is None else {"epoch": last.epoch, "sha256": last.sha256},
             "history": [dict(e) for e in self.history_],
@@ -337,6 +308,7 @@ class DataParallelTrainer(BaseEstimator):
     ) -> list[dict[str, Any]]:
         n, w, b = int(X.shape[0]), gang.size, int(self.batch_size)
         workers = alive_workers(client, running=False)
+        plan = self._plan(client, gang)
         shards = place_shards(client, gang.workers, X, y)
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
@@ -360,6 +332,8 @@ class DataParallelTrainer(BaseEstimator):
             timeout=float(self.timeout),
             checkpoint_every=self.checkpoint_every,
             checkpoint_var=checkpoints.name if self.checkpoint_every else None,
+            backend=plan.backend,
+            rank_devices=plan.rank_devices,
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
@@ -367,7 +341,7 @@ class DataParallelTrainer(BaseEstimator):
         ]
         try:
             if self.sync == "ssp":
-                return self._run_ssp(client, gang, job, args, checkpoints)
+                return run_ssp(client, gang, job, args, checkpoints, self.staleness)
             results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=checkpoints.poll)
             checkpoints.poll()
             return results
@@ -389,30 +363,17 @@ class DataParallelTrainer(BaseEstimator):
         finally:
             checkpoints.delete()
 
-    def _run_ssp(
-        self,
-        client: Client,
-        gang: Gang,
-        job: JobSpec,
-        args: list[tuple[Any, ...]],
-        checkpoints: CheckpointInbox,
-    ) -> list[dict[str, Any]]:
-        """Ranks push to and pull from a parameter server (a Dask actor on rank 0's worker)."""
-        first = gang.workers[0]
-        server = client.submit(
-            ParameterServer, job, actor=True, workers=[first], allow_other_workers=False
-        )
-        ps: Any = server.result()  # an Actor: its methods return futures
-        ranks = [(*a, ps, self.staleness) for a in args]
-        # No collectives, so a fast rank may end long before a slow one: no finish_grace.
-        results: list[dict[str, Any]] = gang.run(
-            train_ssp_rank, ranks, on_tick=checkpoints.poll, finish_grace=None
-        )
-        checkpoints.poll()
-        final = client.submit(server_state, ps, job.epochs, workers=[first], pure=False)
-        results[0]["state"] = state = final.result()
-        every = job.checkpoint_every
-        if every and job.epochs % every == 0:
-            # Rank 0 published its last epoch before the slower ranks' last steps.
-            checkpoints.store(job.epochs, state, results[0]["history"])
-        return results
+    def _plan(self, client: Client, gang: Gang) -> DevicePlan:
+        """Decide the ranks' devices and backend (probing the gang's workers unless on CPU)."""
+        probes = [] if self.device == "cpu" else probe_workers(client, gang.workers)
+        plan = plan_devices(self.device, self.backend, probes, gang.workers)
+        self.device_, self.backend_ = plan.device, plan.backend
+        self.rank_devices_ = list(plan.rank_devices)
+        if plan.device == "cuda":
+            logger.info(
+                "dmlsearch: training on %s over %s (%s)",
+                ", ".join(plan.rank_devices),
+                plan.backend,
+                ", ".join(sorted(set(plan.gpu_names))),
+            )
+        return plan
