@@ -24,6 +24,7 @@ CUDA tensors too, through host memory).
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,8 +76,11 @@ def probe() -> WorkerDevices:
     if not torch.cuda.is_available():
         return WorkerDevices()
     props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    host = socket.gethostname()
     return WorkerDevices(
-        uuids=tuple(str(p.uuid) for p in props),
+        # A torch without device UUIDs: (host, index) names the same GPU for every worker
+        # of a host that sees the GPUs in the same order.
+        uuids=tuple(str(getattr(p, "uuid", "")) or f"{host}/{i}" for i, p in enumerate(props)),
         names=tuple(str(p.name) for p in props),
         nccl=bool(dist.is_available() and dist.is_nccl_available()),
     )
