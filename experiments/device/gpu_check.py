@@ -208,7 +208,14 @@ def main() -> int:
         f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}"
     )
     print(f"dask {dask.__version__}, distributed {distributed.__version__}")
-    nccl = torch.cuda.nccl.version() if has_gpu and hasattr(torch.cuda, "nccl") else None
+    nccl: Any = None
+    if has_gpu:
+        try:
+            from torch.cuda import nccl as torch_nccl
+
+            nccl = torch_nccl.version()
+        except Exception as exc:  # informational only
+            nccl = f"unknown ({type(exc).__name__})"
     print(f"cuda available {has_gpu}, devices {torch.cuda.device_count()}, NCCL {nccl}")
     if has_gpu:
         print(f"torch sees {torch.cuda.get_device_name(0)}")
