@@ -74,6 +74,9 @@ def trainer(client: Any, **kwargs: Any) -> DataParallelTrainer:
         "shuffle": False,
         "random_state": SEED,
         "client": client,
+        # The references below are float32 CPU SGD: on a machine with GPUs "auto" would
+        # train on cuda, so the tests pin the device; "auto" is checked on its own.
+        "device": "cpu",
     }
     return DataParallelTrainer(**{**params, **kwargs})
 
@@ -124,14 +127,15 @@ def test_allreduce_equals_single_process_sgd_on_concatenated_batches(
     assert all(h["sync_rounds"] == (N // 2) // B for h in fitted.history_)
     assert fitted.history_[1]["loss"] < fitted.history_[0]["loss"]
     assert client.get_metadata(METADATA_KEY, default={}) == {}
+    assert (fitted.device_, fitted.backend_, fitted.rank_devices_) == (
+        "cpu",
+        "gloo",
+        ["cpu", "cpu"],
+    )
     if not torch.cuda.is_available():  # "auto" on workers without a GPU: gloo on CPU
-        assert (fitted.device_, fitted.backend_, fitted.rank_devices_) == (
-            "cpu",
-            "gloo",
-            ["cpu", "cpu"],
-        )
-        explicit = trainer(client, device="cpu", backend="gloo").fit(*data)
-        for a, b in zip(explicit.model_.parameters(), fitted.model_.parameters(), strict=True):
+        auto = trainer(client, device="auto", backend="auto").fit(*data)
+        assert (auto.device_, auto.backend_) == ("cpu", "gloo")
+        for a, b in zip(auto.model_.parameters(), fitted.model_.parameters(), strict=True):
             assert torch.equal(a, b)
 
 
@@ -212,7 +216,7 @@ def test_shuffle_is_reproducible_with_random_state(
             marks=NEEDS_NO_GPU,
         ),
         pytest.param(
-            {"backend": "nccl"},
+            {"device": "auto", "backend": "nccl"},
             InvalidParameterError,
             "backend: 'nccl' needs a GPU on every rank's worker",
             marks=NEEDS_NO_GPU,
