@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ._checkpoint import state_bytes, state_from_bytes
-from ._rank import JobSpec, _tensor, publish, rank_batches
+from ._rank import EpochReporter, JobSpec, _tensor, publish, rank_batches
 
 __all__ = ["ParameterServer", "server_state", "train_ssp_rank"]
 
@@ -74,9 +74,7 @@ def server_state(ps: Any, epoch: int) -> bytes:
     return data
 
 
-def _wait(
-    ps: Any, clock: int, low: int, staleness: int | None, timeout: float
-) -> tuple[int, bool]:
+def _wait(ps: Any, clock: int, low: int, staleness: int | None, timeout: float) -> tuple[int, bool]:
     """Wait while ``clock`` is more than ``staleness`` steps ahead of the slowest rank.
 
     Returns the slowest clock seen and whether this rank waited (its weights are then
@@ -117,6 +115,7 @@ def train_ssp_rank(
     history: list[dict[str, Any]] = []
     clock = 0
     weights, low = ps.pull().result()
+    report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):
         order = None
         if job.shuffle:
@@ -150,6 +149,8 @@ def train_ssp_rank(
                 "max_lag": int(ps.lag().result()),
             }
         )
+        if rank == 0:
+            report(history)
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
             publish(job, epoch + 1, ps.checkpoint(epoch + 1).result(), history)

@@ -8,15 +8,15 @@ port chosen at run time on rank 0's host. Rank 0 hands a checkpoint to the drive
 artifact store). A rank that raises or whose worker leaves ends ``fit`` within seconds
 with :class:`~dmlsearch.exceptions.TrainingError` naming the worker. With a ``registry``,
 the trained model is registered at the end with its lineage (data fingerprint, sync mode,
-world size, epochs) and its per-epoch curves.
+world size, epochs) and its per-epoch curves; with ``experiment_name`` too, the job is
+recorded as an experiment of kind ``train`` that the version links to. While it runs, the
+Dask dashboard's ``/dmlsearch`` page shows the job (ranks, epoch, loss, rows/s).
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
-import numbers
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from .._recording import data_fingerprint, input_signature
-from ..ensemble._common import check_bool, entropy_of
+from ..ensemble._common import entropy_of
 from ..exceptions import (
     GangError,
     GangWorkerLostError,
@@ -37,19 +37,20 @@ from ..exceptions import (
     TrainingError,
 )
 from ..registry import FormatError, ModelVersionRecord, RegistryError
-from ..runner.cluster import resolve_client
+from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
-from ._data import check_data, head, place_shards
+from ._checks import SYNCS, check_name, check_params, initial_model
+from ._data import check_data, place_shards
 from ._rank import JobSpec, free_port, train_rank
+from ._record import JobRecord, job_config, job_lineage, job_metrics
 from ._ssp import ParameterServer, server_state, train_ssp_rank
+from ._watch import JobWatch
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
 
 logger = logging.getLogger("dmlsearch")
 
-#: The synchronisation models ``sync`` accepts.
-SYNCS = ("allreduce", "average", "ssp")
 #: How many times an ``elastic`` fit resumes after losing a worker before it gives up.
 MAX_RESUMES = 3
 
@@ -61,27 +62,6 @@ class _Start:
     state: bytes
     epoch: int = 0
     history: tuple[dict[str, Any], ...] = ()
-
-
-def _check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
-    if none and value is None:
-        return
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-        extra = " or None" if none else ""
-        raise InvalidParameterError(name, f"expected an int >= {low}{extra}, got {value!r}")
-
-
-def _check_name(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise InvalidParameterError(name, f"expected a non-empty model name or None, got {value!r}")
-
-
-def _check_sync(sync: Any, staleness: Any) -> None:
-    if sync not in SYNCS:
-        close = difflib.get_close_matches(str(sync), SYNCS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
-    _check_int("staleness", staleness, 0, none=True)
 
 
 class DataParallelTrainer(BaseEstimator):
@@ -110,6 +90,11 @@ class DataParallelTrainer(BaseEstimator):
     ``model_`` as the next version of ``model_name`` (default ``<module class>-<random
     suffix>``), as :meth:`register` does; ``model_version_`` is its record (``None``
     without a registry, or when registering failed: a warning says why).
+
+    ``experiment_name``: with a registry, the job is recorded as a new experiment of that
+    name (kind ``train``: its settings, data fingerprint, cluster and final status; a name
+    already taken is refused before training) and the registered version links to it
+    (``experiment_id_``). It also names the job on the dashboard's ``/dmlsearch`` page.
     """
 
     def __init__(
@@ -132,6 +117,7 @@ class DataParallelTrainer(BaseEstimator):
         timeout: float = 60.0,
         elastic: bool = False,
         model_name: str | None = None,
+        experiment_name: str | None = None,
     ) -> None:
         self.model_fn = model_fn
         self.loss_fn = loss_fn
@@ -150,6 +136,7 @@ class DataParallelTrainer(BaseEstimator):
         self.timeout = timeout
         self.elastic = elastic
         self.model_name = model_name
+        self.experiment_name = experiment_name
 
     def __sklearn_clone__(self) -> DataParallelTrainer:
         # The client and the registry are handles to shared services: shared, not copied.
@@ -164,71 +151,28 @@ class DataParallelTrainer(BaseEstimator):
         state["registry"] = None
         return state
 
-    def _check_params(self) -> None:
-        for name in ("model_fn", "loss_fn", "optimizer_fn"):
-            if not callable(getattr(self, name)):
-                raise InvalidParameterError(
-                    name, f"expected a callable, got {getattr(self, name)!r}"
-                )
-        _check_int("epochs", self.epochs, 1)
-        _check_int("batch_size", self.batch_size, 1)
-        _check_int("n_workers", self.n_workers, 1)
-        _check_int("average_every", self.average_every, 1)
-        _check_int("checkpoint_every", self.checkpoint_every, 1, none=True)
-        check_bool("shuffle", self.shuffle)
-        check_bool("elastic", self.elastic)
-        _check_sync(self.sync, self.staleness)
-        if not isinstance(self.timeout, numbers.Real) or not self.timeout > 0:
-            raise InvalidParameterError("timeout", f"expected seconds > 0, got {self.timeout!r}")
-        if self.registry is not None and not hasattr(self.registry, "artifacts"):
-            raise InvalidParameterError(
-                "registry", f"expected a dmlsearch Registry or None, got {self.registry!r}"
-            )
-        _check_name("model_name", self.model_name)
-
-    def _initial_model(self, seed: int, X: Any, y: Any) -> torch.nn.Module:
-        """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = self.model_fn()
-        if not isinstance(model, torch.nn.Module):
-            raise InvalidParameterError(
-                "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
-            )
-        optimizer = self.optimizer_fn(model.parameters())
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise InvalidParameterError(
-                "optimizer_fn",
-                f"must return a torch.optim.Optimizer, returned {type(optimizer).__name__}",
-            )
-        from ._rank import _tensor
-
-        model.eval()
-        try:
-            with torch.no_grad():
-                b = int(self.batch_size)
-                self.loss_fn(model(_tensor(head(X, b))), _tensor(head(y, b)))
-        except Exception as exc:
-            raise InvalidParameterError(
-                "model_fn",
-                f"the model and loss_fn fail on a batch of X and y: {type(exc).__name__}: {exc}",
-            ) from exc
-        model.train()
-        return model
-
     def fit(self, X: Any, y: Any) -> DataParallelTrainer:
         """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
-        self._check_params()
+        check_params(self)
         w = int(self.n_workers)
         Xa, ya = check_data(X, y, w * int(self.batch_size))
         self.data_fingerprint_ = data_fingerprint(Xa, ya)
         self.signature_ = input_signature(Xa)
         seed = entropy_of(self.random_state) % (2**31 - 1)
-        model = self._initial_model(seed, Xa, ya)
+        model = initial_model(self, seed, Xa, ya)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
+        self.experiment_id_: int | None = None
+        record: JobRecord | None = None
         with resolve_client(self.client) as client:
-            results, start, k = self._train(client, Xa, ya, _Start(state_bytes(0, model)), seed)
+            if self.registry is not None and self.experiment_name is not None:
+                config = job_config(self, model)
+                fingerprint = self.data_fingerprint_
+                record = JobRecord.open(
+                    self.registry, self.experiment_name, config, fingerprint, cluster_shape(client)
+                )
+                self.experiment_id_ = record.id
+            results, start, k = self._watched(client, Xa, ya, model, seed, record)
         model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
         self.model_ = model
         self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
@@ -240,7 +184,47 @@ class DataParallelTrainer(BaseEstimator):
             except (FormatError, RegistryError) as exc:
                 # A finished training is never lost to the registry: model_ is here.
                 warnings.warn(f"model_ was not registered: {exc}", UserWarning, stacklevel=2)
+        if record is not None:
+            record.close("complete")
         return self
+
+    def _watched(
+        self, client: Client, X: Any, y: Any, model: torch.nn.Module, seed: int, record: Any
+    ) -> tuple[list[dict[str, Any]], _Start, int]:
+        """:meth:`_train`, shown on the dashboard's page; a failure closes the record."""
+        name = self.experiment_name or f"DataParallelTrainer.fit {uuid.uuid4().hex[:6]}"
+        meta = {
+            "kind": "train",
+            "estimator": type(model).__name__,
+            "strategy": f"data-parallel ({self.sync})",
+            "sync": self.sync,
+            "total": int(self.epochs),
+            "n_workers": int(self.n_workers),
+            "batch_size": int(self.batch_size),
+        }
+        watch = JobWatch.start(client, name, meta)
+        status = "failed"
+        try:
+            results, start, k = self._train(
+                client, X, y, _Start(state_bytes(0, model)), seed, watch
+            )
+            watch.epochs([*start.history, *results[0]["history"]])
+            status = "complete"
+            return results, start, k
+        except InvalidParameterError:
+            if record is not None and self.checkpoint_ is None and not self.resumed_:
+                # Refused before any rank ran (more workers than the cluster has): the
+                # name stays free for the corrected job.
+                record.discard()
+                record = None
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            watch.finish(status)
+            if record is not None and status != "complete":
+                record.close(status)
 
     def register(self, name: str | None = None, registry: Any = None) -> ModelVersionRecord:
         """Register ``model_`` (its ``state_dict``) as the next version of ``name``.
@@ -261,59 +245,33 @@ class DataParallelTrainer(BaseEstimator):
             raise InvalidParameterError(
                 "registry", f"expected a dmlsearch Registry to register into, got {registry!r}"
             )
-        _check_name("name", name)
+        check_name("name", name)
         name = name or self.model_name or f"{type(self.model_).__name__}-{uuid.uuid4().hex[:8]}"
+        # The job's experiment is in the trainer's own registry only.
+        experiment = self.experiment_id_ if registry is self.registry else None
         self.model_version_ = registry.register_model(
             name,
             self.model_,
-            metrics=self._metrics(),
+            metrics=job_metrics(self.history_),
+            experiment=experiment,
             data_fingerprint=self.data_fingerprint_,
             signature=self.signature_,
-            lineage=self._lineage(),
+            lineage=job_lineage(self),
         )
         return self.model_version_
-
-    def _metrics(self) -> dict[str, float]:
-        rates = [e["samples_per_s"] for e in self.history_]
-        return {
-            "loss": float(self.history_[-1]["loss"]),
-            "samples_per_s": float(sum(rates) / len(rates)),
-        }
-
-    def _lineage(self) -> dict[str, Any]:
-        sync: dict[str, Any] = {"sync": self.sync}
-        if self.sync == "average":
-            sync["average_every"] = int(self.average_every)
-        elif self.sync == "ssp":
-            sync["staleness"] = self.staleness
-        last = self.checkpoint_
-        return {
-            "source": "dmlsearch.training.DataParallelTrainer",
-            **sync,
-            "world_size": int(self.n_workers_),
-            "epochs": len(self.history_),
-            "batch_size": int(self.batch_size),
-            "shuffle": bool(self.shuffle),
-            "random_state": self.random_state
-            if isinstance(self.random_state, numbers.Integral)
-            else None,
-            "resumed": list(self.resumed_),
-            "checkpoint": None if last is None else {"epoch": last.epoch, "sha256": last.sha256},
-            "history": [dict(e) for e in self.history_],
-        }
 
     def _keep(self, checkpoint: Checkpoint) -> None:
         self.checkpoint_ = checkpoint
 
     def _train(
-        self, client: Client, X: Any, y: Any, start: _Start, seed: int
+        self, client: Client, X: Any, y: Any, start: _Start, seed: int, watch: JobWatch
     ) -> tuple[list[dict[str, Any]], _Start, int]:
         """Run the job on a gang; with ``elastic``, again from the last checkpoint on a loss."""
         k = int(self.n_workers)
         while True:
             try:
                 with reserve(client, k, name="training") as gang:
-                    return self._run(client, gang, X, y, start, seed), start, k
+                    return self._run(client, gang, X, y, start, seed, watch), start, k
             except TrainingError as exc:
                 lost = isinstance(exc.__cause__, GangWorkerLostError)
                 if not (self.elastic and lost) or len(self.resumed_) >= MAX_RESUMES:
@@ -333,7 +291,14 @@ class DataParallelTrainer(BaseEstimator):
                 )
 
     def _run(
-        self, client: Client, gang: Gang, X: Any, y: Any, start: _Start, seed: int
+        self,
+        client: Client,
+        gang: Gang,
+        X: Any,
+        y: Any,
+        start: _Start,
+        seed: int,
+        watch: JobWatch,
     ) -> list[dict[str, Any]]:
         n, w, b = int(X.shape[0]), gang.size, int(self.batch_size)
         workers = alive_workers(client, running=False)
@@ -341,6 +306,12 @@ class DataParallelTrainer(BaseEstimator):
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
         checkpoints = CheckpointInbox(client, self.registry, self._keep, list(start.history))
+        progress_var = watch.new_run(list(gang.workers), start.epoch)
+
+        def tick() -> None:
+            checkpoints.poll()
+            watch.poll()
+
         job = JobSpec(
             model_fn=self.model_fn,
             loss_fn=self.loss_fn,
@@ -360,6 +331,7 @@ class DataParallelTrainer(BaseEstimator):
             timeout=float(self.timeout),
             checkpoint_every=self.checkpoint_every,
             checkpoint_var=checkpoints.name if self.checkpoint_every else None,
+            progress_var=progress_var,
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
@@ -367,8 +339,8 @@ class DataParallelTrainer(BaseEstimator):
         ]
         try:
             if self.sync == "ssp":
-                return self._run_ssp(client, gang, job, args, checkpoints)
-            results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=checkpoints.poll)
+                return self._run_ssp(client, gang, job, args, checkpoints, tick)
+            results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=tick)
             checkpoints.poll()
             return results
         except GangError as exc:
@@ -396,6 +368,7 @@ class DataParallelTrainer(BaseEstimator):
         job: JobSpec,
         args: list[tuple[Any, ...]],
         checkpoints: CheckpointInbox,
+        tick: Any,
     ) -> list[dict[str, Any]]:
         """Ranks push to and pull from a parameter server (a Dask actor on rank 0's worker)."""
         first = gang.workers[0]
@@ -406,7 +379,7 @@ class DataParallelTrainer(BaseEstimator):
         ranks = [(*a, ps, self.staleness) for a in args]
         # No collectives, so a fast rank may end long before a slow one: no finish_grace.
         results: list[dict[str, Any]] = gang.run(
-            train_ssp_rank, ranks, on_tick=checkpoints.poll, finish_grace=None
+            train_ssp_rank, ranks, on_tick=tick, finish_grace=None
         )
         checkpoints.poll()
         final = client.submit(server_state, ps, job.epochs, workers=[first], pure=False)
