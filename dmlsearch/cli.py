@@ -407,6 +407,14 @@ def validate(file: FileArg, set_: SetOpt = None, json_: JsonOpt = False) -> None
         _echo_json({"valid": True, "file": str(file), **summary(cfg)})
         return
     outline = summary(cfg)
+    if cfg.train is not None:
+        t = outline["train"]
+        typer.echo(
+            f"{file}: valid. Experiment {cfg.name!r}: training job of {outline['model']} "
+            f"({t['epochs']} epochs, {t['n_workers']} workers, sync {t['sync']}) on "
+            f"{outline['data']}; cluster: {outline['cluster']['kind']}."
+        )
+        return
     typer.echo(
         f"{file}: valid. Experiment {cfg.name!r}: {outline['strategy']} search over "
         f"{', '.join(outline['parameters']) or 'no parameters'} of {outline['model']} on "
@@ -435,6 +443,31 @@ def _run(
 
     def replaced(summary: dict[str, Any]) -> None:
         typer.echo(f"deleted the previous experiment {cfg.name!r} ({_deleted(summary)})", err=True)
+
+    if cfg.train is not None:
+        from ._cli_train import run_training_job
+        from .config import ConfigError, Problem
+
+        if resume:
+            raise ConfigError(
+                [
+                    Problem(
+                        "train",
+                        "a training job cannot be resumed; `dmlsearch run --overwrite` "
+                        "trains it again from the start",
+                    )
+                ],
+                str(file),
+            )
+        run_training_job(
+            cfg,
+            registry,
+            progress=progress,
+            json_=json_,
+            overwrite=overwrite,
+            on_overwrite=replaced,
+        )
+        return
 
     ensembles: list[dict[str, Any]] = []
 
@@ -553,7 +586,7 @@ def run(
     ] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Run an experiment file. Every trial is recorded in the registry."""
+    """Run an experiment file. Every trial (or the training job) is recorded in the registry."""
     _run(file, set_, registry, resume=False, progress=progress, json_=json_, overwrite=overwrite)
 
 
@@ -618,9 +651,16 @@ def show(
     registry: RegistryOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Show an experiment's leaderboard. Its best completed trials, best first."""
+    """Show an experiment's leaderboard. Its best completed trials, best first.
+
+    A training job: its settings and its registered model version (epochs, final loss)."""
+    from ._cli_train import is_training, show_training_job
+
     with _open_registry(registry) as reg:
         exp = _experiment(reg, experiment)
+        if is_training(exp):
+            show_training_job(reg, exp, json_)
+            return
         board = reg.leaderboard(exp.id, k=k)
         counts = reg.trials(exp.id)["state"].value_counts().to_dict()
         ensembles = _experiment_ensembles(reg, exp.name)

@@ -214,6 +214,68 @@ def test_scheduler_and_ensemble_sections_run_and_show(in_tmp: Path, client: Clie
         assert loaded.members_ == ensemble["trials"]
 
 
+def test_a_training_job_runs_is_shown_and_listed(in_tmp: Path, client: Client) -> None:
+    example = EXPERIMENTS / "train_mlp.yaml"
+    address = client.scheduler.address
+    common = ["--no-progress", "--set", "cluster.local=null", "--set", f"cluster.address={address}"]
+    checked = invoke("validate", example)
+    assert "training job of models:mlp (10 epochs, 2 workers, sync allreduce)" in checked.stdout
+    out = ok_json("run", example, *common, "--set", "train.epochs=4")
+    assert (out["experiment"], out["kind"], out["sync"], out["world_size"]) == (
+        "mlp-blobs",
+        "train",
+        "allreduce",
+        2,
+    )
+    assert [e["epoch"] for e in out["epochs"]] == [1, 2, 3, 4]
+    assert out["final_loss"] == out["epochs"][-1]["loss"] < out["epochs"][0]["loss"]
+    assert all(e["samples_per_s"] > 0 for e in out["epochs"])
+    assert out["model"] == {"name": "mlp-blobs", "version": 1}
+
+    shown = ok_json("show", "mlp-blobs")
+    assert (shown["kind"], shown["status"], shown["id"]) == (
+        "train",
+        "complete",
+        out["experiment_id"],
+    )
+    assert shown["config"]["epochs"] == 4 and shown["config"]["module"] == "Sequential"
+    assert shown["models"] == [
+        {
+            "name": "mlp-blobs",
+            "version": 1,
+            "epochs": 4,
+            "final_loss": pytest.approx(out["final_loss"]),
+            "samples_per_s": pytest.approx(sum(e["samples_per_s"] for e in out["epochs"]) / 4),
+            "sync": "allreduce",
+            "world_size": 2,
+        }
+    ]
+    human = invoke("show", "mlp-blobs").stdout
+    assert "training job of Sequential, 4 epochs on 2 workers, sync allreduce" in human
+    assert [(e["name"], e["status"], e["trials"]) for e in ok_json("list")] == [
+        ("mlp-blobs", "complete", 0)
+    ]
+    with Registry(f"sqlite:///{in_tmp / 'dmlsearch.db'}") as registry:
+        version = registry.model_version("mlp-blobs")
+        experiment = registry.experiment("mlp-blobs")
+        assert version.lineage["experiment"] == "mlp-blobs"
+        assert version.lineage["data_fingerprint"] == experiment.data_fingerprint
+        import models  # experiments/models.py: the file's folder is on sys.path
+
+        net = registry.load_model("mlp-blobs", module=models.mlp(20, 64, 3))
+        assert net[0].in_features == 20
+
+    # Again: refused before any cluster starts; a training job is not resumed.
+    assert_clean_failure(invoke("run", example, *common), 2, "already exists", "--overwrite")
+    assert_clean_failure(invoke("resume", example, *common), 2, "cannot be resumed")
+    again = invoke("run", example, *common, "--set", "train.epochs=2", "--overwrite")
+    assert again.exit_code == 0, again.output
+    assert "deleted the previous experiment 'mlp-blobs'" in again.stderr
+    assert "trained 2 epochs on 2 workers (sync allreduce)" in again.stdout
+    assert "registered model mlp-blobs v2" in again.stdout  # v1 is kept, as models are
+    assert [m["version"] for m in ok_json("show", "mlp-blobs")["models"]] == [2]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

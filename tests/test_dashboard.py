@@ -29,6 +29,7 @@ from dmlsearch.dashboard import DashboardPlugin, DashboardReporter, DashboardSta
 from dmlsearch.dashboard.plugin import OK
 from dmlsearch.dashboard.state import (
     LEADERBOARD,
+    MAX_EPOCHS,
     MAX_EXPERIMENTS,
     MAX_FINISHED,
     MAX_PROMOTIONS,
@@ -193,6 +194,42 @@ def test_state_ignores_malformed_events():
     state.apply({"kind": "ended", "experiment": "a", "trials": [["not", "enough"]]})
     state.apply({"kind": "future-kind", "experiment": "a", "rungs": [1, 2]})
     assert state.snapshot()["experiments"][0]["done"] == 0
+
+
+def test_state_follows_a_training_job_through_a_resume():
+    state = DashboardState()
+    meta = {"kind": "train", "sync": "allreduce", "total": 5, "n_workers": 2}
+    state.apply({"kind": "experiment", "experiment": "job", "meta": meta})
+    state.apply(
+        {"kind": "ranks", "experiment": "job", "trials": [[0, "tcp://a", 0], [1, "tcp://b", 0]]}
+    )
+    epochs = [[e, 1.0 / e, 1000.0 * e, 0.1] for e in (1, 2, 3)]
+    state.apply({"kind": "epoch", "experiment": "job", "trials": epochs})
+    job = state.snapshot()["experiments"][0]["training"]
+    assert job["ranks"] == [{"rank": 0, "worker": "tcp://a"}, {"rank": 1, "worker": "tcp://b"}]
+    assert (job["epoch"], job["loss"], job["samples_per_s"]) == (3, 1 / 3, 3000.0)
+    assert [tuple(p) for p in job["curve"]] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
+    # An elastic resume from the checkpoint of epoch 2 on one worker: epoch 3 runs again.
+    state.apply({"kind": "ranks", "experiment": "job", "trials": [[0, "tcp://b", 2]]})
+    job = state.snapshot()["experiments"][0]["training"]
+    assert job["ranks"] == [{"rank": 0, "worker": "tcp://b"}] and job["runs"] == 2
+    assert job["epoch"] == 2 and [p[0] for p in job["curve"]] == [1, 2]
+    state.apply({"kind": "epoch", "experiment": "job", "trials": [[3, 0.3, 900.0, 0.1]]})
+    state.apply({"kind": "epoch", "experiment": "job", "trials": [[3, 0.3, 900.0, 0.1]]})  # again
+    state.apply({"kind": "status", "experiment": "job", "status": "complete"})
+    view = state.snapshot()["experiments"][0]
+    assert view["status"] == "complete" and view["training"]["epoch"] == 3
+    assert [p[0] for p in view["training"]["curve"]] == [1, 2, 3]
+    # Malformed rows are skipped; the curve is bounded; a search has no training view.
+    state.apply({"kind": "epoch", "experiment": "job", "trials": [["x"], None]})
+    many = [[e, 0.1, 1.0, 0.1] for e in range(4, MAX_EPOCHS + 10)]
+    state.apply({"kind": "epoch", "experiment": "job", "trials": many})
+    assert len(state.experiments["job"].snapshot()["training"]["curve"]) == MAX_EPOCHS
+    state.apply({"kind": "experiment", "experiment": "search", "meta": {}})
+    assert state.experiments["search"].snapshot()["training"] is None
+    # The name used again for a new job starts its panel afresh.
+    state.apply({"kind": "experiment", "experiment": "job", "meta": meta})
+    assert state.experiments["job"].snapshot()["training"] is None
 
 
 def test_page_link():
@@ -530,6 +567,64 @@ def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
     # 2 estimators x (3 folds + 1 refit on all rows)
     assert stacking["meta"]["total"] == 8 and stacking["done"] == 8
     assert stacking["meta"]["estimator"] == "lr, tree"
+
+
+@pytest.mark.cluster
+def test_a_training_job_shows_live_with_its_ranks_epoch_and_loss(cluster, client):
+    import functools
+
+    torch = pytest.importorskip("torch")
+    from distributed import Event
+
+    from dmlsearch.training import DataParallelTrainer
+
+    base = cluster.dashboard_link.rsplit("/", 1)[0]
+    gate, name = f"gate-{uuid.uuid4().hex[:8]}", f"job-{uuid.uuid4().hex[:6]}"
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    steps = (80 // 2) // 10  # per rank and epoch
+
+    def gated_loss(out, target, _steps=[]):  # noqa: B006 - a per-process step count
+        # Epoch 2 waits until the test has seen epoch 1 on the page: the job is running.
+        if torch.is_grad_enabled():
+            _steps.append(1)
+            if len(_steps) == steps + 1:
+                Event(gate).wait(timeout=60)
+        return torch.nn.functional.cross_entropy(out, target)
+
+    trainer = DataParallelTrainer(
+        functools.partial(torch.nn.Linear, 4, 2),
+        gated_loss,
+        functools.partial(torch.optim.SGD, lr=0.1),
+        epochs=3,
+        batch_size=10,
+        random_state=0,
+        client=client,
+        experiment_name=name,
+    )
+    client.register_plugin(DashboardPlugin())  # the page exists before the fit starts
+    fitting = threading.Thread(target=trainer.fit, args=(X, y))
+    fitting.start()
+    try:
+        live = _wait_for(
+            base, lambda v: ((v.get(name) or {}).get("training") or {}).get("epoch", 0) >= 1
+        )[name]
+    finally:
+        Event(gate, client=client).set()
+        fitting.join(timeout=120)
+    assert live["status"] == "running" and live["training"]["epoch"] == 1
+    assert live["meta"]["kind"] == "train" and live["meta"]["sync"] == "allreduce"
+    assert live["meta"]["total"] == 3 and live["meta"]["estimator"] == "Linear"
+    workers = set(client.scheduler_info()["workers"])
+    ranks = live["training"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["worker"] for r in ranks} == workers
+    done = _wait_for(base, lambda v: v[name]["status"] == "complete")[name]
+    assert not fitting.is_alive() and done["status"] == "complete"
+    job = done["training"]
+    assert job["epoch"] == 3 and [p[0] for p in job["curve"]] == [1, 2, 3]
+    assert job["loss"] == pytest.approx(trainer.history_[-1]["loss"])
+    assert job["samples_per_s"] == pytest.approx(trainer.history_[-1]["samples_per_s"])
 
 
 @pytest.mark.cluster

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,11 +113,28 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
     assert console_errors == []
 
 
+@contextlib.contextmanager
+def _page(cluster: Any, console_errors: list[str]) -> Iterator[Any]:
+    """The dmlsearch page of ``cluster`` in headless Chromium; errors go to the list."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: console_errors.append(str(e)))
+        page.goto(cluster.dashboard_link.rsplit("/", 1)[0] + "/dmlsearch")
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
 def test_page_shows_the_rungs_of_a_multi_fidelity_search(cluster, client):
     from sklearn.datasets import load_digits
     from sklearn.linear_model import SGDClassifier
 
-    sync_api = pytest.importorskip("playwright.sync_api")
     name = f"rungs-{uuid.uuid4().hex[:6]}"
     X, y = load_digits(return_X_y=True)
     search = SearchCV(
@@ -130,16 +150,8 @@ def test_page_shows_the_rungs_of_a_multi_fidelity_search(cluster, client):
         progress=False,
         random_state=0,
     ).fit(X[:600] / 16.0, y[:600])
-    url = cluster.dashboard_link.rsplit("/", 1)[0] + "/dmlsearch"
     console_errors: list[str] = []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: console_errors.append(str(e)))
-        page.goto(url)
+    with _page(cluster, console_errors) as page:
         panel = page.locator(f'section[data-experiment="{name}"]')
         panel.locator("table.rung-counts").wait_for()
         rows = [
@@ -150,7 +162,6 @@ def test_page_shows_the_rungs_of_a_multi_fidelity_search(cluster, client):
         headings = panel.locator("h3").all_inner_texts()
         ARTIFACTS.mkdir(exist_ok=True)
         panel.screenshot(path=str(ARTIFACTS / "dashboard-rungs.png"))
-        browser.close()
     # resource, trials, running, complete, failed, promoted in, restored, best
     assert [(int(r[0]), int(r[1]), int(r[3])) for r in rows] == [
         (n, c, c) for n, c in zip(search.n_resources_, search.n_candidates_, strict=True)
@@ -158,3 +169,45 @@ def test_page_shows_the_rungs_of_a_multi_fidelity_search(cluster, client):
     assert promotions == sum(search.n_candidates_[1:])
     assert "Rungs" in headings and "Latest promotions" in headings
     assert console_errors == []
+
+
+def test_page_shows_a_training_job(cluster, client):
+    import functools
+
+    torch = pytest.importorskip("torch")
+    from dmlsearch.training import DataParallelTrainer
+
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 4)).astype(np.float32)
+    trainer = DataParallelTrainer(
+        functools.partial(torch.nn.Linear, 4, 2),
+        torch.nn.functional.cross_entropy,
+        functools.partial(torch.optim.SGD, lr=0.1),
+        epochs=4,
+        batch_size=10,
+        client=client,
+        experiment_name=name,
+    ).fit(X, (X[:, 0] > 0).astype(np.int64))
+    console_errors: list[str] = []
+    with _page(cluster, console_errors) as page:
+        panel = page.locator(f'section[data-experiment="{name}"]')
+        panel.locator("table.training-ranks").wait_for()
+        page.wait_for_function(
+            f"document.querySelector('section[data-experiment=\"{name}\"] .training-stats')"
+            ".innerText.includes('status: complete')"
+        )
+        ranks = [
+            [cell.inner_text() for cell in row.locator("td").all()]
+            for row in panel.locator("table.training-ranks tbody tr").all()
+        ]
+        stats = panel.locator(".training-stats span").all_inner_texts()
+        curve = panel.locator("svg path").count()
+        ARTIFACTS.mkdir(exist_ok=True)
+        panel.screenshot(path=str(ARTIFACTS / "dashboard-training.png"))
+    workers = set(client.scheduler_info()["workers"])
+    assert [r[0] for r in ranks] == ["0", "1"] and {r[1] for r in ranks} == workers
+    assert "epoch: 4 / 4" in stats and "sync: allreduce" in stats and "ranks: 2" in stats
+    shown = next(s for s in stats if s.startswith("loss: "))
+    assert float(shown[6:]) == pytest.approx(trainer.history_[-1]["loss"], rel=1e-3)
+    assert curve == 1 and console_errors == []

@@ -49,6 +49,17 @@ def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(out.squeeze(-1), target)
 
 
+def fails_on_workers(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The loss, on the driver's trial batch; raises on a worker (in a rank)."""
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return mse(out, target)
+    raise RuntimeError("a bug in the loss")
+
+
 def not_a_module() -> Any:
     return "a string"
 
@@ -196,6 +207,7 @@ def test_shuffle_is_reproducible_with_random_state(
         ({"batch_size": 102}, InvalidParameterError, "n_workers x batch_size = 204"),
         ({"model_fn": not_a_module}, InvalidParameterError, "must return a torch.nn.Module"),
         ({"sync": "allreduc"}, InvalidParameterError, "did you mean 'allreduce'"),
+        ({"experiment_name": " "}, InvalidParameterError, "non-empty experiment name"),
         (
             {"sync": "ssp", "staleness": -1},
             InvalidParameterError,
@@ -318,6 +330,39 @@ def test_the_trained_model_is_registered_with_its_lineage_and_curves(
     assert (again.model, again.version) == ("mlp", 2)
     other = fitted.register("mlp-average", registry)
     assert other.lineage["history"] == lineage["history"]
+
+
+def test_a_named_job_is_recorded_as_an_experiment_of_kind_train(
+    client: Client, data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    X, y = data
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as registry:
+        # Refused before any rank ran (more workers than the cluster has): no record left.
+        with pytest.raises(InvalidParameterError, match="n_workers"):
+            trainer(client, n_workers=3, registry=registry, experiment_name="job").fit(X, y)
+        assert registry.experiments().empty
+        fitted = trainer(client, epochs=2, registry=registry, experiment_name="job").fit(X, y)
+        exp = registry.experiment("job")
+        assert fitted.experiment_id_ == exp.id and exp.status == "complete"
+        assert exp.config["kind"] == "train" and exp.config["epochs"] == 2
+        assert exp.config["sync"] == "allreduce" and exp.config["module"] == "Sequential"
+        assert exp.data_fingerprint == data_fingerprint(X, y)
+        assert exp.cluster["workers"] == 2
+        version = fitted.model_version_
+        assert version is not None and version.lineage["experiment"] == "job"
+        assert version.lineage["experiment_id"] == exp.id
+        # Registered into another registry, the version names no experiment.
+        with Registry(f"sqlite:///{tmp_path / 'other.db'}") as other:
+            assert "experiment" not in fitted.register("elsewhere", other).lineage
+        # The name is taken: refused before training.
+        with pytest.raises(InvalidParameterError, match="already exists"):
+            trainer(client, registry=registry, experiment_name="job").fit(X, y)
+        # A job that fails is recorded as failed.
+        with pytest.raises(TrainingError):
+            trainer(
+                client, loss_fn=fails_on_workers, registry=registry, experiment_name="broken"
+            ).fit(X, y)
+        assert registry.experiment("broken").status == "failed"
 
 
 def test_register_needs_a_fitted_trainer_and_a_registry(

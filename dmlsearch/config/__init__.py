@@ -1,7 +1,8 @@
 """Experiment files: a versioned YAML schema, safe loading and the builders a run needs.
 
-An experiment file says what to search (``data``, ``model``, ``search``), where to run
-(``cluster``) and where to record (``registry``)::
+An experiment file says what to search (``data``, ``model``, ``search``) or what to train
+(``data``, ``train``: a data-parallel PyTorch job), where to run (``cluster``) and where to
+record (``registry``)::
 
     cfg = load_config("experiments/quickstart.yaml", overrides=["search.n_trials=5"])
     X, y = load_data(cfg)
@@ -17,8 +18,9 @@ the field path and the line. See docs/config.md.
 
 Modules: ``_common`` (constants, ConfigError), ``_yaml`` (capped loading, overrides),
 ``_imports`` (user code by path, ``{class, params}`` specs), ``_data_model`` and ``schema``
-(the sections), ``_load`` (field paths and lines, ``load_config``), ``build`` (builders),
-``_starter`` (``dmlsearch init``).
+(the sections), ``_train`` (the ``train`` section), ``_load`` (field paths and lines,
+``load_config``), ``build`` (builders), ``_run`` (running a file), ``_starter``
+(``dmlsearch init``).
 
 Nothing here imports Dask or scikit-learn at module level; the builders import what they
 build.
@@ -37,15 +39,17 @@ from ._common import (
 )
 from ._data_model import DataSection, ModelSection
 from ._load import load_config, parse_config
+from ._run import run_experiment, run_training
 from ._starter import STARTER
+from ._train import TrainSection
 from .build import (
     build_cv,
     build_model,
     build_search,
+    build_trainer,
     load_data,
     make_registry,
     open_client,
-    run_experiment,
     summary,
 )
 from .schema import (
@@ -72,14 +76,17 @@ __all__ = [
     "Problem",
     "RegistrySection",
     "SearchSection",
+    "TrainSection",
     "build_cv",
     "build_model",
     "build_search",
+    "build_trainer",
     "load_config",
     "load_data",
     "make_registry",
     "open_client",
     "parse_config",
     "run_experiment",
+    "run_training",
     "summary",
 ]

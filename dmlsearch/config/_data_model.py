@@ -243,23 +243,38 @@ class DataSection(_Section):
         _check_kwargs(func, self.kwargs, problems)
 
 
-def _check_kwargs(func: Any, kwargs: dict[str, Any], problems: _Problems) -> None:
+def _check_kwargs(
+    func: Any,
+    kwargs: dict[str, Any],
+    problems: _Problems,
+    where: Loc = ("kwargs",),
+    args: tuple[Any, ...] = (),
+) -> None:
+    """Whether ``func(*args, **kwargs)`` binds: every unknown name at ``where`` + the name
+    (with the closest one), else a missing argument at ``where``."""
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return
-    try:
-        signature.bind(**kwargs)
-    except TypeError as exc:
-        names = [p.name for p in signature.parameters.values()]
-        bad = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-        if bad:
+    name = getattr(func, "__name__", repr(func))
+    params = list(signature.parameters.values())
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        names = [
+            p.name
+            for p in params[len(args) :]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        unknown = [key for key in kwargs if key not in names]
+        for key in unknown:
             problems.add(
-                ("kwargs", bad.group(1)),
-                f"{func.__name__} has no parameter {bad.group(1)!r}{_suggest(bad.group(1), names)}",
+                (*where, key), f"{name} has no parameter {key!r}{_suggest(str(key), names)}"
             )
-        else:
-            problems.add(("kwargs",), f"{func.__name__}: {exc}")
+        if unknown:
+            return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        problems.add(where, f"{name}: {exc}")
 
 
 def _resolve(path: str, base_dir: Path | None) -> Path:

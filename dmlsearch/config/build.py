@@ -1,23 +1,24 @@
-"""Builders: data, model, cv, registry, client and the search."""
+"""Builders: data, model, cv, registry, client, the search and the training job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._common import ConfigError, Problem, _known, _Problems, _suggest
-from ._data_model import DataSection, _build_model, _infer_format, _sklearn_datasets
-from ._ensemble import EnsembleSection
+from ._data_model import DataSection, ModelSection, _build_model, _infer_format, _sklearn_datasets
 from ._imports import _build_spec, _import
 from ._load import _format_path
-from .schema import ExperimentConfig, LocalClusterSection, _dimensions
+from ._train import TrainSection
+from .schema import ExperimentConfig, LocalClusterSection, SearchSection, _dimensions
 
 if TYPE_CHECKING:
     from distributed import Client
 
     from ..registry import Registry
     from ..search import SearchCV
+    from ..training import DataParallelTrainer
 
 
 # -- builders ------------------------------------------------------------------------------
@@ -31,14 +32,45 @@ def _build_checked(build: Any) -> Any:
     return obj
 
 
+def _search_of(cfg: ExperimentConfig) -> tuple[ModelSection, SearchSection]:
+    """The file's ``model`` and ``search``; a training job's file has neither."""
+    if cfg.model is None or cfg.search is None:
+        raise ConfigError(
+            [
+                Problem(
+                    "train",
+                    "this file describes a training job, not a search: build_trainer and "
+                    "run_training run it (`dmlsearch run` does)",
+                )
+            ]
+        )
+    return cfg.model, cfg.search
+
+
+def _train_of(cfg: ExperimentConfig) -> TrainSection:
+    """The file's ``train`` section; a search's file has none."""
+    if cfg.train is None:
+        raise ConfigError(
+            [
+                Problem(
+                    "search",
+                    "this file describes a search, not a training job: build_search and "
+                    "run_experiment run it (`dmlsearch run` does)",
+                )
+            ]
+        )
+    return cfg.train
+
+
 def build_model(cfg: ExperimentConfig) -> Any:
     """A fresh, unfitted estimator as ``model`` describes it."""
-    return _build_checked(lambda problems: _build_model(cfg.model, problems, None))
+    model, _ = _search_of(cfg)
+    return _build_checked(lambda problems: _build_model(model, problems, None))
 
 
 def build_cv(cfg: ExperimentConfig) -> Any:
     """``search.cv``: a number of folds, or a fresh splitter."""
-    cv = cfg.search.cv
+    cv = _search_of(cfg)[1].cv
     if isinstance(cv, int):
         return cv
     return _build_checked(lambda problems: _build_spec(cv, ("search", "cv"), problems, None))
@@ -225,7 +257,7 @@ def build_search(
     """
     from ..search import SearchCV
 
-    s = cfg.search
+    s = _search_of(cfg)[1]
     return SearchCV(
         build_model(cfg),
         s.space,
@@ -252,89 +284,25 @@ def build_search(
     )
 
 
-def run_experiment(
-    cfg: ExperimentConfig,
-    *,
-    resume: bool = False,
-    progress: bool | None = None,
-    registry_url: str | None = None,
-    overwrite: bool = False,
-    on_overwrite: Callable[[dict[str, Any]], None] | None = None,
-    on_ensemble: Callable[[Any, Any], None] | None = None,
-) -> SearchCV:
-    """Load the data, open the cluster and the registry, run the search; returns it fitted.
+def build_trainer(
+    cfg: ExperimentConfig, *, client: Any = None, registry: Any = None
+) -> DataParallelTrainer:
+    """A ``DataParallelTrainer`` as ``train`` describes it, recorded as experiment ``name``.
 
-    A new run refuses an experiment name the registry already holds (``resume=True``
-    continues it instead), before any cluster is started. ``overwrite=True`` deletes that
-    experiment instead (:meth:`Registry.delete_experiment`), once the data is loaded and the
-    cluster is open, so that a file that cannot run leaves it as it was; ``on_overwrite``
-    receives the deletion's summary. With an ``ensemble:`` section, the selection and its
-    registered version are passed to ``on_ensemble`` once registered.
+    ``client``: what :func:`open_client` yielded (None: the default client, else an
+    embedded LocalCluster). ``registry``: where the job is recorded and its model registered
+    (as ``train.model_name``, default the experiment's name); None: neither.
     """
-    from ..registry import NotFoundError
+    from ..training import DataParallelTrainer
 
-    if resume and overwrite:
-        raise ConfigError(
-            [Problem("", "resume continues an experiment and overwrite deletes it: pick one")]
-        )
-    with make_registry(cfg, registry_url) as registry:
-        exists = False
-        if not resume:
-            try:
-                registry.experiment(cfg.name)
-            except NotFoundError:
-                pass
-            else:
-                exists = True
-            if exists and not overwrite:
-                raise ConfigError(
-                    [
-                        Problem(
-                            "name",
-                            f"experiment {cfg.name!r} already exists in {registry.url}; "
-                            "`dmlsearch resume` continues it, `dmlsearch run --overwrite` "
-                            "replaces it, or pick another name (--set name=...)",
-                        )
-                    ]
-                )
-        X, y = load_data(cfg)
-        with open_client(cfg) as client:
-            if exists:
-                deleted = registry.delete_experiment(cfg.name)
-                if on_overwrite is not None:
-                    on_overwrite(deleted)
-            search = build_search(
-                cfg, client=client, registry=registry, progress=progress, resume=resume
-            )
-            search.fit(X, y)
-            if cfg.ensemble is not None:
-                _select_ensemble(cfg, cfg.ensemble, search, X, y, client, registry, on_ensemble)
-    return search
-
-
-def _select_ensemble(
-    cfg: ExperimentConfig,
-    section: EnsembleSection,
-    search: SearchCV,
-    X: Any,
-    y: Any,
-    client: Any,
-    registry: Any,
-    on_ensemble: Callable[[Any, Any], None] | None,
-) -> None:
-    """The ``ensemble:`` section: select over the search's trials, register the result."""
-    from ..ensemble import EnsembleSelection, register_ensemble
-
-    selection = EnsembleSelection(search, client=client, **section.selection_kwargs()).fit(X, y)
-    record = register_ensemble(
-        registry,
-        section.model_name or f"{cfg.name}-ensemble",
-        selection,
-        experiment=cfg.name,
-        metrics={"oof_score": selection.oof_score_},
+    train = _train_of(cfg)
+    return DataParallelTrainer(
+        **train.trainer_kwargs(),
+        client=client,
+        registry=registry,
+        model_name=train.model_name or cfg.name,
+        experiment_name=cfg.name,
     )
-    if on_ensemble is not None:
-        on_ensemble(selection, record)
 
 
 def summary(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -351,22 +319,38 @@ def summary(cfg: ExperimentConfig) -> dict[str, Any]:
         cluster = {"kind": "local", **c.local.model_dump()}
     else:
         cluster = {"kind": "class", "class": c.cls, "scale": c.scale}
-    model = cfg.model
-    names = sorted({str(loc[-1]) for loc, _ in _dimensions(cfg.search.space)})
+    common = {"version": cfg.version, "kind": cfg.kind, "name": cfg.name, "data": source}
+    where = {"cluster": cluster, "registry": cfg.registry.url}
+    if cfg.train is not None:
+        t = cfg.train
+        named = t.outline()
+        return {
+            **common,
+            "model": named["model"],
+            "train": {
+                "loss": named["loss"],
+                "optimizer": named["optimizer"],
+                "epochs": t.epochs,
+                "batch_size": t.batch_size,
+                "sync": t.sync,
+                "n_workers": t.n_workers,
+                "model_name": t.model_name or cfg.name,
+            },
+            **where,
+        }
+    model, search = _search_of(cfg)
+    names = sorted({str(loc[-1]) for loc, _ in _dimensions(search.space)})
     return {
-        "version": cfg.version,
-        "name": cfg.name,
-        "data": source,
+        **common,
         "model": model.cls or "sklearn.pipeline.Pipeline",
         "steps": list(model.steps) if model.steps is not None else None,
         "parameters": names,
-        "strategy": cfg.search.strategy,
-        "n_trials": cfg.search.n_trials,
-        "time_budget": cfg.search.time_budget,
-        "cv": cfg.search.cv if isinstance(cfg.search.cv, int) else cfg.search.cv.get("class"),
-        "scoring": cfg.search.scoring,
+        "strategy": search.strategy,
+        "n_trials": search.n_trials,
+        "time_budget": search.time_budget,
+        "cv": search.cv if isinstance(search.cv, int) else search.cv.get("class"),
+        "scoring": search.scoring,
         "scheduler": None if cfg.scheduler is None else cfg.scheduler.search_kwargs(),
         "ensemble": None if cfg.ensemble is None else cfg.ensemble.model_dump(),
-        "cluster": cluster,
-        "registry": cfg.registry.url,
+        **where,
     }

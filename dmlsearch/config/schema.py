@@ -33,6 +33,7 @@ from ._data_model import (
 from ._ensemble import EnsembleSection
 from ._imports import _base_dir, _build_spec, _build_value, _import, _ImportFailed, _is_spec
 from ._scheduler import SchedulerSection, check_resource_problem
+from ._train import TrainSection
 
 # -- search space --------------------------------------------------------------------------
 
@@ -487,6 +488,28 @@ class RegistrySection(_Section):
 # -- root ----------------------------------------------------------------------------------
 
 
+#: Stands for a section of a search that the file lacks, and for a train section written
+#: beside a search: both reported where they belong, with every other problem of the file.
+_MISSING = object()
+_BESIDE_SEARCH = object()
+_KINDS = "an experiment file describes a search (model and search) or a training job (train)"
+
+
+def _search_part(name: str, before: Any = None) -> Any:
+    def check(value: Any) -> Any:
+        if value is _MISSING:
+            raise _err(f"required key {name!r} is missing; {_KINDS}")
+        return before(value) if before is not None else value
+
+    return check
+
+
+def _train_alone(value: Any) -> Any:
+    if value is _BESIDE_SEARCH:
+        raise _err(f"{_KINDS}, not both: remove train, or model and search")
+    return value
+
+
 def _experiment_name(value: Any) -> Any:
     if isinstance(value, str):
         value = value.strip()
@@ -506,23 +529,72 @@ class ExperimentConfig(_Section):
     name: Annotated[str, BeforeValidator(_experiment_name)]
     description: str | None = None
     data: DataSection
-    model: Annotated[ModelSection, BeforeValidator(_model_shorthand)]
-    search: SearchSection
+    model: Annotated[
+        ModelSection | None, BeforeValidator(_search_part("model", _model_shorthand))
+    ] = None
+    search: Annotated[SearchSection | None, BeforeValidator(_search_part("search"))] = None
+    train: Annotated[TrainSection | None, BeforeValidator(_train_alone)] = None
     scheduler: SchedulerSection | None = None
     ensemble: EnsembleSection | None = None
     cluster: ClusterSection | None = None
     registry: RegistrySection = Field(default_factory=RegistrySection)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind(cls, data: Any) -> Any:
+        """A search needs model and search; a training job has train and neither."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("train") is None:
+            data.setdefault("model", _MISSING)
+            data.setdefault("search", _MISSING)
+        elif "model" in data or "search" in data:
+            data["train"] = _BESIDE_SEARCH
+        return data
+
+    @property
+    def kind(self) -> Literal["search", "train"]:
+        """``"train"`` for a training job, else ``"search"``."""
+        return "train" if self.train is not None else "search"
+
     @model_validator(mode="after")
     def _check(self) -> ExperimentConfig:
-        estimator = self.model._estimator
-        if estimator is None:
-            return self
         problems = _Problems()
+        if self.train is not None:
+            self._check_train(self.train, problems)
+        elif self.model is None or self.search is None:
+            for key in ("model", "search"):
+                if getattr(self, key) is None:
+                    problems.add((key,), f"required (not null) for a search; {_KINDS}")
+        else:
+            self._check_search(self.model, self.search, problems)
+        problems.raise_if_any("ExperimentConfig")
+        return self
+
+    def _check_train(self, train: TrainSection, problems: _Problems) -> None:
+        for key in ("scheduler", "ensemble"):
+            if getattr(self, key) is not None:
+                problems.add((key,), f"only used with a search; a training job has no {key}")
+        local = self.cluster.local if self.cluster is not None else None
+        if local is not None and local.n_workers is not None and train.n_workers > local.n_workers:
+            problems.add(
+                ("train", "n_workers"),
+                f"the cluster has {local.n_workers} workers (cluster.local.n_workers) and a "
+                f"training job runs one rank per worker: use at most {local.n_workers}",
+                train.n_workers,
+            )
+
+    def _check_search(
+        self, model: ModelSection, search: SearchSection, problems: _Problems
+    ) -> None:
+        estimator = model._estimator
+        if estimator is None:
+            return
         valid = set(estimator.get_params(deep=True))
-        for loc, _dim in _dimensions(self.search.space):
+        for loc, _dim in _dimensions(search.space):
             name = str(loc[-1])
-            if name in valid or _valid_under_choice(name, self.search.space, loc):
+            if name in valid or _valid_under_choice(name, search.space, loc):
                 continue
             hint = _suggest(name, valid)
             if not hint:
@@ -536,8 +608,6 @@ class ExperimentConfig(_Section):
             why = check_resource_problem(self.scheduler, estimator)
             if why is not None:
                 problems.add(("scheduler", "resource"), why, self.scheduler.resource)
-        problems.raise_if_any("ExperimentConfig")
-        return self
 
 
 def _valid_under_choice(name: str, space: Any, loc: Loc) -> bool:

@@ -206,6 +206,27 @@ class DashboardReporter(RunObserver):
         """A rung step ended (``restored``: recorded by an earlier run, on resume)."""
         self._add("rung_ended", [[int(trial), int(resource), str(state), _plain(value), restored]])
 
+    def ranks_started(self, workers: list[str], start_epoch: int = 0) -> None:
+        """A training job's ranks started: rank r on ``workers[r]``, from ``start_epoch``.
+
+        Sent again when an elastic job resumes on another gang (from its checkpoint's epoch).
+        """
+        self._add("ranks", [[r, _plain(w), int(start_epoch)] for r, w in enumerate(workers)])
+
+    def epoch_finished(self, figures: dict[str, Any]) -> None:
+        """A training job's epoch ended: an entry of ``history_`` (epoch, loss, rows/s...)."""
+        self._add(
+            "epoch",
+            [
+                [
+                    int(figures["epoch"]),
+                    _plain(figures.get("loss")),
+                    _plain(figures.get("samples_per_s")),
+                    _plain(figures.get("seconds")),
+                ]
+            ],
+        )
+
     def _add(self, kind: str, rows: list[list[Any]]) -> None:
         if self._units and self._units[-1][0] == kind:
             self._units[-1][1].extend(rows)

@@ -3,7 +3,8 @@
 Pure Python (no Dask, no tornado), so it is tested on its own. Drivers send batches of
 events (``dict`` with a ``kind``); unknown kinds are ignored, so a newer driver can talk to
 an older scheduler and later capabilities add kinds of their own (``rung_submitted`` and
-``rung_ended``: a multi-fidelity search's rung steps, for the rung view).
+``rung_ended``: a multi-fidelity search's rung steps, for the rung view; ``ranks`` and
+``epoch``: a data-parallel training job's ranks and epochs, for the job view).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "LEADERBOARD",
+    "MAX_EPOCHS",
     "MAX_EXPERIMENTS",
     "MAX_FINISHED",
     "MAX_HISTORY",
@@ -40,6 +42,8 @@ MAX_WORKERS = 256
 MAX_RUNGS = 64
 #: Latest promotions kept per experiment for the page (the rungs count every one).
 MAX_PROMOTIONS = 50
+#: A training job's latest epochs kept for its loss curve.
+MAX_EPOCHS = 1000
 
 
 def _number(value: Any) -> float | None:
@@ -69,6 +73,52 @@ class ExperimentView:
     rungs: dict[int, dict[str, Any]] = field(default_factory=dict)
     rung_running: dict[tuple[int, int], float] = field(default_factory=dict)
     promotions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_PROMOTIONS))
+    # A data-parallel training job: its ranks, latest epoch and loss curve (None: a search).
+    training: dict[str, Any] | None = None
+    curve: deque[tuple[int, float | None]] = field(default_factory=lambda: deque(maxlen=MAX_EPOCHS))
+
+    def _job(self) -> dict[str, Any]:
+        if self.training is None:
+            self.training = {
+                "ranks": [],
+                "epoch": 0,
+                "loss": None,
+                "samples_per_s": None,
+                "seconds": None,
+                "runs": 0,
+            }
+        return self.training
+
+    def job_ranks(self, rows: list[Any]) -> None:
+        """A training job's ranks started: ``[rank, worker, start_epoch]`` each.
+
+        Sent again when an elastic job resumes on a new gang from its checkpoint: the
+        epochs after that checkpoint leave the curve (they run again).
+        """
+        job = self._job()
+        start = int(rows[0][2]) if rows else 0
+        job["ranks"] = [
+            {"rank": int(rank), "worker": str(worker)} for rank, worker, *_ in rows[:MAX_WORKERS]
+        ]
+        job["runs"] += 1
+        job["epoch"] = min(job["epoch"], start)
+        while self.curve and self.curve[-1][0] > start:
+            self.curve.pop()
+
+    def job_epochs(self, rows: list[Any]) -> None:
+        """A training job's epochs ended: ``[epoch, loss, samples_per_s, seconds]`` each."""
+        job = self._job()
+        for epoch, loss, rate, seconds, *_ in rows:
+            epoch = int(epoch)
+            if epoch <= job["epoch"]:
+                continue  # already shown (the driver sends its final figures again)
+            job.update(
+                epoch=epoch,
+                loss=_number(loss),
+                samples_per_s=_number(rate),
+                seconds=_number(seconds),
+            )
+            self.curve.append((epoch, job["loss"]))
 
     def _rung(self, resource: int, rung: int = 0) -> dict[str, Any] | None:
         row = self.rungs.get(resource)
@@ -202,6 +252,9 @@ class ExperimentView:
             "per_worker": dict(self.per_worker),
             "rungs": [dict(self.rungs[r]) for r in sorted(self.rungs)],
             "promotions": list(reversed(self.promotions)),
+            "training": None
+            if self.training is None
+            else {**self.training, "curve": list(self.curve)},
         }
 
 
@@ -233,7 +286,7 @@ class DashboardState:
             try:
                 if kind == "experiment":
                     meta = dict(event.get("meta") or {})
-                    if not meta.get("resume") and (view.states or view.running):
+                    if not meta.get("resume") and (view.states or view.running or view.training):
                         # The name used again for a new search: start its panel afresh.
                         view = self.experiments[view.name] = ExperimentView(view.name)
                     view.meta = meta
@@ -247,6 +300,10 @@ class DashboardState:
                     view.rung_submitted(list(event.get("trials") or []))
                 elif kind == "rung_ended":
                     view.rung_ended(list(event.get("trials") or []))
+                elif kind == "ranks":
+                    view.job_ranks(list(event.get("trials") or []))
+                elif kind == "epoch":
+                    view.job_epochs(list(event.get("trials") or []))
                 elif kind == "status":
                     view.status = str(event.get("status"))
                     if view.status != "running":

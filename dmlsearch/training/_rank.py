@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -16,7 +17,11 @@ import torch.distributed as dist
 from ._checkpoint import state_bytes, state_from_bytes
 from ._sync import make_sync, settle
 
-__all__ = ["JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
+__all__ = ["EpochReporter", "JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
+
+#: Epochs rank 0 hands over at once for the dashboard, and how often (seconds).
+REPORTED_EPOCHS = 50
+REPORT_EVERY = 0.5
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class JobSpec:
     checkpoint_var: str | None
     backend: str = "gloo"
     rank_devices: tuple[str, ...] = ()  # per rank, "cpu" or "cuda:i"; () is CPU everywhere
+    progress_var: str | None = None  # rank 0's latest epochs, for the dashboard
 
     def device(self, rank: int) -> torch.device:
         """Rank ``rank``'s device (made current on its thread when it is a GPU)."""
@@ -89,6 +95,32 @@ def publish(job: JobSpec, epoch: int, data: bytes, history: list[dict[str, Any]]
         "history": history,
     }
     Variable(job.checkpoint_var, client=get_client()).set(value)
+
+
+class EpochReporter:
+    """Rank 0: its latest epochs' figures, for the dashboard (a Dask Variable, one slot).
+
+    At most every :data:`REPORT_EVERY` seconds, and after the last epoch: the driver reads
+    the Variable once a second. Best effort: the page is a view, and a failure here must
+    never fail the rank.
+    """
+
+    def __init__(self, job: JobSpec) -> None:
+        self.job = job
+        self.last = 0.0
+
+    def __call__(self, history: list[dict[str, Any]]) -> None:
+        job = self.job
+        now = time.monotonic()
+        final = bool(history) and history[-1]["epoch"] >= job.epochs
+        if not job.progress_var or not history or (now - self.last < REPORT_EVERY and not final):
+            return
+        self.last = now
+        from distributed import Variable, get_client
+
+        with contextlib.suppress(Exception):
+            value = {"epoch": history[-1]["epoch"], "history": history[-REPORTED_EPOCHS:]}
+            Variable(job.progress_var, client=get_client()).set(value)
 
 
 def _epoch(
@@ -143,8 +175,11 @@ def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
         opt.load_state_dict(state["optimizer"])
     Xt, yt = _tensor(X), _tensor(y)
     history = []
+    report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):
         history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
+        if rank == 0:
+            report(history)
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
             publish(job, epoch + 1, state_bytes(epoch + 1, model, opt), history)

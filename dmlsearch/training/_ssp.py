@@ -13,6 +13,7 @@ a rank on a GPU sends its gradients and takes the weights through host memory.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from distributed import Client
 
 from ..runner.gang import Gang
 from ._checkpoint import CheckpointInbox, state_bytes, state_from_bytes
-from ._rank import JobSpec, _tensor, publish, rank_batches
+from ._rank import EpochReporter, JobSpec, _tensor, publish, rank_batches
 
 __all__ = ["ParameterServer", "run_ssp", "server_state", "train_ssp_rank"]
 
@@ -120,6 +121,7 @@ def train_ssp_rank(
     history: list[dict[str, Any]] = []
     clock = 0
     weights, low = ps.pull().result()
+    report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):
         order = None
         if job.shuffle:
@@ -155,6 +157,8 @@ def train_ssp_rank(
                 "max_lag": int(ps.lag().result()),
             }
         )
+        if rank == 0:
+            report(history)
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
             publish(job, epoch + 1, ps.checkpoint(epoch + 1).result(), history)
@@ -168,6 +172,7 @@ def run_ssp(
     args: list[tuple[Any, ...]],
     checkpoints: CheckpointInbox,
     staleness: int | None,
+    tick: Callable[[], Any],
 ) -> list[dict[str, Any]]:
     """On the driver: the ranks (``args``: each one's ``(job, rank, nthreads, X, y)``) push
     to and pull from a parameter server (a Dask actor on rank 0's worker)."""
@@ -178,9 +183,7 @@ def run_ssp(
     ps: Any = server.result()  # an Actor: its methods return futures
     ranks = [(*a, ps, staleness) for a in args]
     # No collectives, so a fast rank may end long before a slow one: no finish_grace.
-    results: list[dict[str, Any]] = gang.run(
-        train_ssp_rank, ranks, on_tick=checkpoints.poll, finish_grace=None
-    )
+    results: list[dict[str, Any]] = gang.run(train_ssp_rank, ranks, on_tick=tick, finish_grace=None)
     checkpoints.poll()
     final = client.submit(server_state, ps, job.epochs, workers=[first], pure=False)
     results[0]["state"] = state = final.result()

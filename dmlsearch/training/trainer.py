@@ -9,14 +9,15 @@ rank 0's host. Rank 0 hands a checkpoint to the driver every
 artifact store). A rank that raises or whose worker leaves ends ``fit`` within seconds
 with :class:`~dmlsearch.exceptions.TrainingError` naming the worker. With a ``registry``,
 the trained model is registered at the end with its lineage (data fingerprint, sync mode,
-world size, epochs) and its per-epoch curves.
+world size, epochs) and its per-epoch curves; with ``experiment_name`` too, the job is
+recorded as an experiment of kind ``train`` that the version links to. While it runs, the
+Dask dashboard's ``/dmlsearch`` page shows the job (ranks, epoch, loss, rows/s).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import numbers
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -37,14 +38,16 @@ from ..exceptions import (
     TrainingError,
 )
 from ..registry import FormatError, ModelVersionRecord, RegistryError
-from ..runner.cluster import resolve_client
+from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
-from ._data import check_data, head, place_shards
+from ._checks import SYNCS, check_name, check_params, initial_model
+from ._data import check_data, place_shards
 from ._device import DevicePlan, plan_devices, probe_workers
-from ._params import SYNCS, check_name, check_params
 from ._rank import JobSpec, free_port, train_rank
+from ._record import JobRecord, job_config, job_lineage, job_metrics
 from ._ssp import run_ssp
+from ._watch import JobWatch
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
 
@@ -96,6 +99,11 @@ class DataParallelTrainer(BaseEstimator):
     ``model_`` as the next version of ``model_name`` (default ``<module class>-<random
     suffix>``), as :meth:`register` does; ``model_version_`` is its record (``None``
     without a registry, or when registering failed: a warning says why).
+
+    ``experiment_name``: with a registry, the job is recorded as a new experiment of that
+    name (kind ``train``: its settings, data fingerprint, cluster and final status; a name
+    already taken is refused before training) and the registered version links to it
+    (``experiment_id_``). It also names the job on the dashboard's ``/dmlsearch`` page.
     """
 
     def __init__(
@@ -118,6 +126,7 @@ class DataParallelTrainer(BaseEstimator):
         timeout: float = 60.0,
         elastic: bool = False,
         model_name: str | None = None,
+        experiment_name: str | None = None,
         device: str = "auto",
         backend: str = "auto",
     ) -> None:
@@ -138,6 +147,7 @@ class DataParallelTrainer(BaseEstimator):
         self.timeout = timeout
         self.elastic = elastic
         self.model_name = model_name
+        self.experiment_name = experiment_name
         self.device = device
         self.backend = backend
 
@@ -154,36 +164,6 @@ class DataParallelTrainer(BaseEstimator):
         state["registry"] = None
         return state
 
-    def _initial_model(self, seed: int, X: Any, y: Any) -> torch.nn.Module:
-        """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = self.model_fn()
-        if not isinstance(model, torch.nn.Module):
-            raise InvalidParameterError(
-                "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
-            )
-        optimizer = self.optimizer_fn(model.parameters())
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise InvalidParameterError(
-                "optimizer_fn",
-                f"must return a torch.optim.Optimizer, returned {type(optimizer).__name__}",
-            )
-        from ._rank import _tensor
-
-        model.eval()
-        try:
-            with torch.no_grad():
-                b = int(self.batch_size)
-                self.loss_fn(model(_tensor(head(X, b))), _tensor(head(y, b)))
-        except Exception as exc:
-            raise InvalidParameterError(
-                "model_fn",
-                f"the model and loss_fn fail on a batch of X and y: {type(exc).__name__}: {exc}",
-            ) from exc
-        model.train()
-        return model
-
     def fit(self, X: Any, y: Any) -> DataParallelTrainer:
         """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
         check_params(self)
@@ -192,11 +172,20 @@ class DataParallelTrainer(BaseEstimator):
         self.data_fingerprint_ = data_fingerprint(Xa, ya)
         self.signature_ = input_signature(Xa)
         seed = entropy_of(self.random_state) % (2**31 - 1)
-        model = self._initial_model(seed, Xa, ya)
+        model = initial_model(self, seed, Xa, ya)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
+        self.experiment_id_: int | None = None
+        record: JobRecord | None = None
         with resolve_client(self.client) as client:
-            results, start, k = self._train(client, Xa, ya, _Start(state_bytes(0, model)), seed)
+            if self.registry is not None and self.experiment_name is not None:
+                config = job_config(self, model)
+                fingerprint = self.data_fingerprint_
+                record = JobRecord.open(
+                    self.registry, self.experiment_name, config, fingerprint, cluster_shape(client)
+                )
+                self.experiment_id_ = record.id
+            results, start, k = self._watched(client, Xa, ya, model, seed, record)
         model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
         self.model_ = model
         self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
@@ -208,7 +197,47 @@ class DataParallelTrainer(BaseEstimator):
             except (FormatError, RegistryError) as exc:
                 # A finished training is never lost to the registry: model_ is here.
                 warnings.warn(f"model_ was not registered: {exc}", UserWarning, stacklevel=2)
+        if record is not None:
+            record.close("complete")
         return self
+
+    def _watched(
+        self, client: Client, X: Any, y: Any, model: torch.nn.Module, seed: int, record: Any
+    ) -> tuple[list[dict[str, Any]], _Start, int]:
+        """:meth:`_train`, shown on the dashboard's page; a failure closes the record."""
+        name = self.experiment_name or f"DataParallelTrainer.fit {uuid.uuid4().hex[:6]}"
+        meta = {
+            "kind": "train",
+            "estimator": type(model).__name__,
+            "strategy": f"data-parallel ({self.sync})",
+            "sync": self.sync,
+            "total": int(self.epochs),
+            "n_workers": int(self.n_workers),
+            "batch_size": int(self.batch_size),
+        }
+        watch = JobWatch.start(client, name, meta)
+        status = "failed"
+        try:
+            results, start, k = self._train(
+                client, X, y, _Start(state_bytes(0, model)), seed, watch
+            )
+            watch.epochs([*start.history, *results[0]["history"]])
+            status = "complete"
+            return results, start, k
+        except InvalidParameterError:
+            if record is not None and self.checkpoint_ is None and not self.resumed_:
+                # Refused before any rank ran (more workers than the cluster has): the
+                # name stays free for the corrected job.
+                record.discard()
+                record = None
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            watch.finish(status)
+            if record is not None and status != "complete":
+                record.close(status)
 
     def register(self, name: str | None = None, registry: Any = None) -> ModelVersionRecord:
         """Register ``model_`` (its ``state_dict``) as the next version of ``name``.
@@ -231,60 +260,31 @@ class DataParallelTrainer(BaseEstimator):
             )
         check_name("name", name)
         name = name or self.model_name or f"{type(self.model_).__name__}-{uuid.uuid4().hex[:8]}"
+        # The job's experiment is in the trainer's own registry only.
+        experiment = self.experiment_id_ if registry is self.registry else None
         self.model_version_ = registry.register_model(
             name,
             self.model_,
-            metrics=self._metrics(),
+            metrics=job_metrics(self.history_),
+            experiment=experiment,
             data_fingerprint=self.data_fingerprint_,
             signature=self.signature_,
-            lineage=self._lineage(),
+            lineage=job_lineage(self),
         )
         return self.model_version_
-
-    def _metrics(self) -> dict[str, float]:
-        rates = [e["samples_per_s"] for e in self.history_]
-        return {
-            "loss": float(self.history_[-1]["loss"]),
-            "samples_per_s": float(sum(rates) / len(rates)),
-        }
-
-    def _lineage(self) -> dict[str, Any]:
-        sync: dict[str, Any] = {"sync": self.sync}
-        if self.sync == "average":
-            sync["average_every"] = int(self.average_every)
-        elif self.sync == "ssp":
-            sync["staleness"] = self.staleness
-        last = self.checkpoint_
-        return {
-            "source": "dmlsearch.training.DataParallelTrainer",
-            **sync,
-            "world_size": int(self.n_workers_),
-            "epochs": len(self.history_),
-            "batch_size": int(self.batch_size),
-            "shuffle": bool(self.shuffle),
-            "random_state": self.random_state
-            if isinstance(self.random_state, numbers.Integral)
-            else None,
-            "device": self.device_,
-            "backend": self.backend_,
-            "rank_devices": list(self.rank_devices_),
-            "resumed": list(self.resumed_),
-            "checkpoint": None if last is None else {"epoch": last.epoch, "sha256": last.sha256},
-            "history": [dict(e) for e in self.history_],
-        }
 
     def _keep(self, checkpoint: Checkpoint) -> None:
         self.checkpoint_ = checkpoint
 
     def _train(
-        self, client: Client, X: Any, y: Any, start: _Start, seed: int
+        self, client: Client, X: Any, y: Any, start: _Start, seed: int, watch: JobWatch
     ) -> tuple[list[dict[str, Any]], _Start, int]:
         """Run the job on a gang; with ``elastic``, again from the last checkpoint on a loss."""
         k = int(self.n_workers)
         while True:
             try:
                 with reserve(client, k, name="training") as gang:
-                    return self._run(client, gang, X, y, start, seed), start, k
+                    return self._run(client, gang, X, y, start, seed, watch), start, k
             except TrainingError as exc:
                 lost = isinstance(exc.__cause__, GangWorkerLostError)
                 if not (self.elastic and lost) or len(self.resumed_) >= MAX_RESUMES:
@@ -304,7 +304,14 @@ class DataParallelTrainer(BaseEstimator):
                 )
 
     def _run(
-        self, client: Client, gang: Gang, X: Any, y: Any, start: _Start, seed: int
+        self,
+        client: Client,
+        gang: Gang,
+        X: Any,
+        y: Any,
+        start: _Start,
+        seed: int,
+        watch: JobWatch,
     ) -> list[dict[str, Any]]:
         n, w, b = int(X.shape[0]), gang.size, int(self.batch_size)
         workers = alive_workers(client, running=False)
@@ -313,6 +320,12 @@ class DataParallelTrainer(BaseEstimator):
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
         checkpoints = CheckpointInbox(client, self.registry, self._keep, list(start.history))
+        progress_var = watch.new_run(list(gang.workers), start.epoch)
+
+        def tick() -> None:
+            checkpoints.poll()
+            watch.poll()
+
         job = JobSpec(
             model_fn=self.model_fn,
             loss_fn=self.loss_fn,
@@ -334,6 +347,7 @@ class DataParallelTrainer(BaseEstimator):
             checkpoint_var=checkpoints.name if self.checkpoint_every else None,
             backend=plan.backend,
             rank_devices=plan.rank_devices,
+            progress_var=progress_var,
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
@@ -341,8 +355,8 @@ class DataParallelTrainer(BaseEstimator):
         ]
         try:
             if self.sync == "ssp":
-                return run_ssp(client, gang, job, args, checkpoints, self.staleness)
-            results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=checkpoints.poll)
+                return run_ssp(client, gang, job, args, checkpoints, self.staleness, tick)
+            results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=tick)
             checkpoints.poll()
             return results
         except GangError as exc:

@@ -1,0 +1,161 @@
+"""Running a file: the search (with its ensemble) or the training job it describes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._common import ConfigError, Problem
+from ._ensemble import EnsembleSection
+from .build import (
+    _search_of,
+    _train_of,
+    build_search,
+    build_trainer,
+    load_data,
+    make_registry,
+    open_client,
+)
+from .schema import ExperimentConfig
+
+if TYPE_CHECKING:
+    from ..search import SearchCV
+    from ..training import DataParallelTrainer
+
+__all__ = ["run_experiment", "run_training"]
+
+
+def _taken(cfg: ExperimentConfig, registry: Any, overwrite: bool, resume_hint: str = "") -> bool:
+    """Whether the registry holds experiment ``name``; refused unless ``overwrite``."""
+    from ..registry import NotFoundError
+
+    try:
+        registry.experiment(cfg.name)
+    except NotFoundError:
+        return False
+    if not overwrite:
+        raise ConfigError(
+            [
+                Problem(
+                    "name",
+                    f"experiment {cfg.name!r} already exists in {registry.url}; {resume_hint}"
+                    "`dmlsearch run --overwrite` replaces it, or pick another name "
+                    "(--set name=...)",
+                )
+            ]
+        )
+    return True
+
+
+def _delete(
+    cfg: ExperimentConfig,
+    registry: Any,
+    on_overwrite: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    deleted = registry.delete_experiment(cfg.name)
+    if on_overwrite is not None:
+        on_overwrite(deleted)
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    *,
+    resume: bool = False,
+    progress: bool | None = None,
+    registry_url: str | None = None,
+    overwrite: bool = False,
+    on_overwrite: Callable[[dict[str, Any]], None] | None = None,
+    on_ensemble: Callable[[Any, Any], None] | None = None,
+) -> SearchCV:
+    """Load the data, open the cluster and the registry, run the search; returns it fitted.
+
+    A new run refuses an experiment name the registry already holds (``resume=True``
+    continues it instead), before any cluster is started. ``overwrite=True`` deletes that
+    experiment instead (:meth:`Registry.delete_experiment`), once the data is loaded and the
+    cluster is open, so that a file that cannot run leaves it as it was; ``on_overwrite``
+    receives the deletion's summary. With an ``ensemble:`` section, the selection and its
+    registered version are passed to ``on_ensemble`` once registered.
+    """
+    _search_of(cfg)  # a training job's file: refused before anything starts
+    if resume and overwrite:
+        raise ConfigError(
+            [Problem("", "resume continues an experiment and overwrite deletes it: pick one")]
+        )
+    with make_registry(cfg, registry_url) as registry:
+        exists = not resume and _taken(
+            cfg, registry, overwrite, "`dmlsearch resume` continues it, "
+        )
+        X, y = load_data(cfg)
+        with open_client(cfg) as client:
+            if exists:
+                _delete(cfg, registry, on_overwrite)
+            search = build_search(
+                cfg, client=client, registry=registry, progress=progress, resume=resume
+            )
+            search.fit(X, y)
+            if cfg.ensemble is not None:
+                _select_ensemble(cfg, cfg.ensemble, search, X, y, client, registry, on_ensemble)
+    return search
+
+
+def _select_ensemble(
+    cfg: ExperimentConfig,
+    section: EnsembleSection,
+    search: SearchCV,
+    X: Any,
+    y: Any,
+    client: Any,
+    registry: Any,
+    on_ensemble: Callable[[Any, Any], None] | None,
+) -> None:
+    """The ``ensemble:`` section: select over the search's trials, register the result."""
+    from ..ensemble import EnsembleSelection, register_ensemble
+
+    selection = EnsembleSelection(search, client=client, **section.selection_kwargs()).fit(X, y)
+    record = register_ensemble(
+        registry,
+        section.model_name or f"{cfg.name}-ensemble",
+        selection,
+        experiment=cfg.name,
+        metrics={"oof_score": selection.oof_score_},
+    )
+    if on_ensemble is not None:
+        on_ensemble(selection, record)
+
+
+def run_training(
+    cfg: ExperimentConfig,
+    *,
+    progress: bool | None = None,
+    registry_url: str | None = None,
+    overwrite: bool = False,
+    on_overwrite: Callable[[dict[str, Any]], None] | None = None,
+) -> DataParallelTrainer:
+    """Load the data, open the cluster and the registry, train; returns the fitted trainer.
+
+    The job is recorded as experiment ``name`` (kind ``train``) and its model registered
+    as ``train.model_name`` (default ``name``), linked to it. A name the registry already
+    holds is refused before any cluster starts, unless ``overwrite=True`` (then it is
+    deleted once the data is loaded and the cluster is open, as :func:`run_experiment`
+    does). With ``progress`` (default: when stderr is a terminal), the Dask dashboard's
+    links are printed on stderr: its ``/dmlsearch`` page shows the job live.
+    """
+    from ..dashboard import page_link
+    from ..progress import make_progress
+    from ..runner.cluster import resolve_client
+
+    _train_of(cfg)  # a search's file: refused before anything starts
+    with make_registry(cfg, registry_url) as registry:
+        exists = _taken(cfg, registry, overwrite)
+        X, y = load_data(cfg)
+        with open_client(cfg) as opened, resolve_client(opened) as client:
+            if exists:
+                _delete(cfg, registry, on_overwrite)
+            link = getattr(client, "dashboard_link", None)
+            if link:
+                shown = make_progress(progress)
+                shown.message(f"Dask dashboard: {link}")
+                shown.message(f"dmlsearch page: {page_link(link)}")
+            trainer = build_trainer(cfg, client=client, registry=registry)
+            trainer.fit(X, y)
+    return trainer

@@ -1,0 +1,98 @@
+"""Checks on the driver before any rank runs: the trainer's parameters and its model."""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from typing import Any
+
+import torch
+
+from ..ensemble._common import check_bool
+from ..exceptions import InvalidParameterError
+from ._data import head
+from ._device import check_device_params
+
+__all__ = ["SYNCS", "check_int", "check_name", "check_params", "check_sync", "initial_model"]
+
+#: The synchronisation models ``sync`` accepts.
+SYNCS = ("allreduce", "average", "ssp")
+
+
+def check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
+    if none and value is None:
+        return
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        extra = " or None" if none else ""
+        raise InvalidParameterError(name, f"expected an int >= {low}{extra}, got {value!r}")
+
+
+def check_name(name: str, value: Any, what: str = "model name") -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidParameterError(name, f"expected a non-empty {what} or None, got {value!r}")
+
+
+def check_sync(sync: Any, staleness: Any) -> None:
+    if sync not in SYNCS:
+        close = difflib.get_close_matches(str(sync), SYNCS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
+    check_int("staleness", staleness, 0, none=True)
+
+
+def check_params(trainer: Any) -> None:
+    """Every parameter of a trainer, before anything runs (``InvalidParameterError``)."""
+    for name in ("model_fn", "loss_fn", "optimizer_fn"):
+        if not callable(getattr(trainer, name)):
+            raise InvalidParameterError(
+                name, f"expected a callable, got {getattr(trainer, name)!r}"
+            )
+    check_int("epochs", trainer.epochs, 1)
+    check_int("batch_size", trainer.batch_size, 1)
+    check_int("n_workers", trainer.n_workers, 1)
+    check_int("average_every", trainer.average_every, 1)
+    check_int("checkpoint_every", trainer.checkpoint_every, 1, none=True)
+    check_bool("shuffle", trainer.shuffle)
+    check_bool("elastic", trainer.elastic)
+    check_sync(trainer.sync, trainer.staleness)
+    timeout = trainer.timeout
+    if not isinstance(timeout, numbers.Real) or not float(timeout) > 0:
+        raise InvalidParameterError("timeout", f"expected seconds > 0, got {timeout!r}")
+    if trainer.registry is not None and not hasattr(trainer.registry, "artifacts"):
+        raise InvalidParameterError(
+            "registry", f"expected a dmlsearch Registry or None, got {trainer.registry!r}"
+        )
+    check_name("model_name", trainer.model_name)
+    check_name("experiment_name", trainer.experiment_name, "experiment name")
+    check_device_params(trainer.device, trainer.backend)
+
+
+def initial_model(trainer: Any, seed: int, X: Any, y: Any) -> torch.nn.Module:
+    """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = trainer.model_fn()
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidParameterError(
+            "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
+        )
+    optimizer = trainer.optimizer_fn(model.parameters())
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidParameterError(
+            "optimizer_fn",
+            f"must return a torch.optim.Optimizer, returned {type(optimizer).__name__}",
+        )
+    from ._rank import _tensor
+
+    model.eval()
+    try:
+        with torch.no_grad():
+            b = int(trainer.batch_size)
+            trainer.loss_fn(model(_tensor(head(X, b))), _tensor(head(y, b)))
+    except Exception as exc:
+        raise InvalidParameterError(
+            "model_fn",
+            f"the model and loss_fn fail on a batch of X and y: {type(exc).__name__}: {exc}",
+        ) from exc
+    model.train()
+    return model

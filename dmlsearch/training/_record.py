@@ -1,0 +1,140 @@
+"""What the registry keeps of a training job: an experiment of kind ``train``, and the
+registered version's metrics and lineage.
+
+A job with ``experiment_name`` and a registry is recorded as an experiment with no trials
+(``config["kind"] == "train"``), so that ``dmlsearch list``, ``show`` and ``delete`` see it
+as they see searches, and the trained model's version links to it (``lineage["experiment"]``).
+No table changes: the experiment's ``config`` holds the job's settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import warnings
+from typing import Any
+
+from .._recording import package_versions
+from ..exceptions import InvalidParameterError
+from ..registry import AlreadyExistsError
+
+__all__ = ["JOB_KIND", "JobRecord", "job_config", "job_lineage", "job_metrics"]
+
+logger = logging.getLogger("dmlsearch")
+
+#: ``ExperimentRecord.config["kind"]`` of a training job (a search's config has no kind).
+JOB_KIND = "train"
+SOURCE = "dmlsearch.training.DataParallelTrainer"
+
+
+def _sync(trainer: Any) -> dict[str, Any]:
+    sync: dict[str, Any] = {"sync": trainer.sync}
+    if trainer.sync == "average":
+        sync["average_every"] = int(trainer.average_every)
+    elif trainer.sync == "ssp":
+        sync["staleness"] = trainer.staleness
+    return sync
+
+
+def _seed(trainer: Any) -> int | None:
+    rs = trainer.random_state
+    return int(rs) if isinstance(rs, numbers.Integral) else None
+
+
+def job_config(trainer: Any, module: Any) -> dict[str, Any]:
+    """The experiment's ``config``: the kind, the module's class and the job's settings."""
+    return {
+        "kind": JOB_KIND,
+        "source": SOURCE,
+        "module": type(module).__name__,
+        **_sync(trainer),
+        "epochs": int(trainer.epochs),
+        "batch_size": int(trainer.batch_size),
+        "n_workers": int(trainer.n_workers),
+        "shuffle": bool(trainer.shuffle),
+        "random_state": _seed(trainer),
+        "device": trainer.device,
+        "backend": trainer.backend,
+        "checkpoint_every": trainer.checkpoint_every,
+        "elastic": bool(trainer.elastic),
+        "model_name": trainer.model_name,
+    }
+
+
+def job_metrics(history: list[dict[str, Any]]) -> dict[str, float]:
+    """The version's metrics: the last epoch's ``loss``, the mean ``samples_per_s``."""
+    rates = [e["samples_per_s"] for e in history]
+    return {"loss": float(history[-1]["loss"]), "samples_per_s": float(sum(rates) / len(rates))}
+
+
+def job_lineage(trainer: Any) -> dict[str, Any]:
+    """The version's lineage (see ``DataParallelTrainer.register``)."""
+    last = trainer.checkpoint_
+    return {
+        "source": SOURCE,
+        **_sync(trainer),
+        "world_size": int(trainer.n_workers_),
+        "epochs": len(trainer.history_),
+        "batch_size": int(trainer.batch_size),
+        "shuffle": bool(trainer.shuffle),
+        "random_state": _seed(trainer),
+        "device": trainer.device_,
+        "backend": trainer.backend_,
+        "rank_devices": list(trainer.rank_devices_),
+        "resumed": list(trainer.resumed_),
+        "checkpoint": None if last is None else {"epoch": last.epoch, "sha256": last.sha256},
+        "history": [dict(e) for e in trainer.history_],
+    }
+
+
+class JobRecord:
+    """The experiment a training job is recorded as, from its start to its status."""
+
+    def __init__(self, registry: Any, experiment_id: int, name: str) -> None:
+        self.registry = registry
+        self.id = experiment_id
+        self.name = name
+
+    @classmethod
+    def open(
+        cls,
+        registry: Any,
+        name: str,
+        config: dict[str, Any],
+        fingerprint: str,
+        cluster: dict[str, Any],
+    ) -> JobRecord:
+        """Create the experiment (status ``running``); a name already taken is refused."""
+        try:
+            exp = registry.store.create_experiment(
+                name,
+                config=config,
+                package_versions=package_versions(),
+                data_fingerprint=fingerprint,
+                cluster=cluster,
+            )
+        except AlreadyExistsError:
+            raise InvalidParameterError(
+                "experiment_name",
+                f"an experiment called {name!r} already exists in {registry.url}; choose "
+                "another name, or delete it first (Registry.delete_experiment)",
+            ) from None
+        return cls(registry, exp.id, exp.name)
+
+    def discard(self) -> None:
+        """Delete the experiment (a job refused before it ran); never raises."""
+        try:
+            self.registry.store.delete_experiment(self.id)
+        except Exception as exc:
+            logger.warning("dmlsearch: experiment %r was not deleted: %s", self.name, exc)
+
+    def close(self, status: str) -> None:
+        """Record the job's final status; never raises (the training is not lost to it)."""
+        try:
+            self.registry.store.set_experiment_status(self.id, status)
+        except Exception as exc:
+            warnings.warn(
+                f"the status {status!r} of experiment {self.name!r} was not recorded: {exc}",
+                UserWarning,
+                stacklevel=3,
+            )
