@@ -69,7 +69,8 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         total = self.strategy.total
         if total is None:
             return None
-        return sum(1 for n in range(self.next_number, total) if n not in self.skip)
+        restored = sum(1 for n in self.skip if self.next_number <= n < total)
+        return max(total - self.next_number - restored, 0)
 
     def restore(self, outcome: ObjectiveOutcome) -> None:
         """Take trial ``outcome`` as finished by an earlier run: its curve counts for the
