@@ -6,7 +6,7 @@ asks whether the driver's pruner has decided to stop this trial. The decision tr
 other way as a :class:`distributed.Event` per trial (set by the driver, read by the
 worker), since the report stream only goes from workers to the driver.
 
-The pruners at the end are pure: they read every trial's intermediate scores and answer.
+The pruners are pure and live in :mod:`dmlsearch._pruners` (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,20 +14,21 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._evaluate import _worker_name
+from ._pruners import AshaPruner, HyperbandPruner, MedianPruner, Pruner
 from ._states import COMPLETE, FAILED
 from .exceptions import InvalidParameterError
 from .runner.reports import report_progress
 from .runner.units import Unit, UnitKind, UnitPolicy
-from .schedulers import History, MedianStopping
 
 __all__ = [
     "PRUNED",
     "AshaPruner",
+    "HyperbandPruner",
     "MedianPruner",
     "ObjectiveKind",
     "ObjectiveOutcome",
@@ -66,6 +67,7 @@ class ObjectiveOutcome:
     worker: str
     error: str | None = None
     retries: int = 0
+    bracket: int | None = None  # the Hyperband pruner's, set on the driver
 
     @property
     def duration(self) -> float:
@@ -190,81 +192,3 @@ class ObjectiveKind(UnitKind[ObjectiveSpec, ObjectiveOutcome]):
         return ObjectiveOutcome(
             spec.number, spec.params, spec.seed, state, None, {}, now, now, "", error
         )
-
-
-# -- pruners (pure) ----------------------------------------------------------------------
-
-#: Every trial's intermediate scores, ``{trial: {step: score}}``, greater is better.
-Curves = Mapping[int, Mapping[int, float]]
-
-
-class Pruner:
-    """Decides, from every trial's curve, whether ``trial`` should stop now."""
-
-    name = "pruner"
-
-    def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
-        """Why ``trial`` (which just reported) should stop, or None to let it go on."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class MedianPruner(Pruner):
-    """:class:`~dmlsearch.schedulers.MedianStopping`'s rule on reported steps."""
-
-    warmup_steps: int = 0
-    min_trials: int = 5
-    name = "median"
-
-    def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
-        results = {t: [(s, s, v) for s, v in sorted(c.items())] for t, c in curves.items()}
-        rule = MedianStopping(1, warmup_steps=self.warmup_steps, min_trials=self.min_trials)
-        history = History.of(results, running=[t for t in running if t in curves] + [trial])
-        return next((s.reason for s in rule.stops(history) if s.trial == trial), None)
-
-
-@dataclass(frozen=True)
-class AshaPruner(Pruner):
-    """Asynchronous successive halving as a pruner (as Optuna's ``SuccessiveHalvingPruner``).
-
-    Rung ``k`` is at step ``min_resource * reduction_factor**k``. A trial is judged once per
-    rung, with its first score at a step >= the rung's; it goes on if that score is in the
-    top ``len(scores) // reduction_factor`` (at least the best) of the scores judged at
-    that rung so far, its own included.
-    """
-
-    min_resource: int = 1
-    reduction_factor: int = 3
-    name = "asha"
-
-    def _rung_step(self, step: int) -> int:
-        """The step of the highest rung at or below ``step`` (0: below the first)."""
-        rung = 0
-        r = self.min_resource
-        while r <= step:
-            rung, r = r, r * self.reduction_factor
-        return rung
-
-    @staticmethod
-    def _at(curve: Mapping[int, float], rung_step: int) -> float | None:
-        steps = [s for s in curve if s >= rung_step]
-        return curve[min(steps)] if steps else None
-
-    def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
-        curve = curves[trial]
-        step = max(curve)
-        rung_step = self._rung_step(step)
-        if rung_step == 0 or min(s for s in curve if s >= rung_step) != step:
-            return None  # below the first rung, or already judged at this rung
-        score = curve[step]
-        if math.isnan(score):
-            return f"score nan at step {step}"
-        scores = [v for c in curves.values() if (v := self._at(c, rung_step)) is not None]
-        ranked = sorted((s for s in scores if not math.isnan(s)), reverse=True)
-        keep = max(len(ranked) // self.reduction_factor, 1)
-        if score < ranked[keep - 1]:
-            return (
-                f"score {score:.6g} at step {step} is not in the top {keep} of "
-                f"{len(scores)} at rung step {rung_step}"
-            )
-        return None

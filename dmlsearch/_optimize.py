@@ -2,9 +2,12 @@
 
 For code that is not a scikit-learn estimator. The driver runs the trials through the
 runner's one loop (:class:`~dmlsearch.runner.loop.WorkLoop`) as units of a new kind: the
-worker side is in :mod:`dmlsearch._objective`. Intermediate values come back over the
-report stream; a pruner (``"median"``, ``"asha"``) decides on them, and a trial it stops
-hears so through ``trial.should_stop()``.
+worker side is in :mod:`dmlsearch._objective`, the driver's source in
+:mod:`dmlsearch._objective_source`. Intermediate values come back over the report
+stream; a pruner (:mod:`dmlsearch._pruners`: ``"median"``, ``"asha"``, ``"halving"``,
+``"hyperband"``) decides on them, and a trial it stops hears so through
+``trial.should_stop()``. The registry side (and resume) is in
+:mod:`dmlsearch._optimize_records`.
 """
 
 from __future__ import annotations
@@ -17,30 +20,18 @@ from typing import Any
 
 import dask
 
-from ._evaluate import TrialOutcome
-from ._objective import (
-    PRUNED,
-    AshaPruner,
-    MedianPruner,
-    ObjectiveKind,
-    ObjectiveOutcome,
-    ObjectiveSpec,
-    Pruner,
-    Trial,
-)
+from ._objective import PRUNED, ObjectiveKind, ObjectiveOutcome, ObjectiveSpec, Trial
+from ._objective_source import ObjectiveSource, as_trial_outcome, record_curve
+from ._pruners import PRUNERS, Pruner, make_pruner
 from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 from .runner.loop import RunStats, WorkLoop
-from .runner.trials import trial_seed
-from .runner.units import DONE, Unit, UnitPolicy, UnitSource, _Signal
-from .strategies import Strategy, make_strategy
+from .runner.units import UnitPolicy
+from .strategies import Strategy
 
-__all__ = ["PRUNERS", "OptimizeResult", "Trial", "optimize"]
+__all__ = ["PRUNERS", "OptimizeResult", "Trial", "make_pruner", "optimize"]
 
 logger = logging.getLogger("dmlsearch")
-
-#: The schedulers ``optimize`` takes, used as pruners.
-PRUNERS: tuple[str, ...] = ("median", "asha")
 
 
 @dataclass
@@ -49,13 +40,19 @@ class OptimizeResult:
 
     ``trials``: one :class:`~dmlsearch._objective.ObjectiveOutcome` per trial, by number
     (``params``, ``value`` as the objective returned it, ``state``: ``complete``,
-    ``pruned``, ``failed``, ``timeout``, ``intermediate``: ``{step: value}``).
+    ``pruned``, ``failed``, ``timeout``, ``intermediate``: ``{step: value}``, ``bracket``:
+    the Hyperband pruner's, else None).
     """
 
     trials: list[ObjectiveOutcome]
     direction: str
     experiment_name: str | None = None
     stats: RunStats = field(default_factory=RunStats)
+    #: The pruner that judged the trials (None: none), e.g. ``AshaPruner(...)`` for
+    #: ``scheduler="halving"``, which is asynchronous.
+    pruner: Pruner | None = None
+    #: Trials an earlier run recorded, restored by ``resume=True`` and not run again.
+    n_restored: int = 0
 
     @property
     def best_trial(self) -> ObjectiveOutcome:
@@ -93,154 +90,12 @@ class OptimizeResult:
                 "worker": t.worker,
                 "n_steps": len(t.intermediate),
                 "last_step": max(t.intermediate, default=None),
+                "bracket": t.bracket,
                 "error": t.error,
             }
             row.update({f"params_{k}": v for k, v in t.params.items()})
             rows.append(row)
         return pd.DataFrame(rows)
-
-
-class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
-    """Trials from a strategy; each reported value goes to the pruner, which may stop it.
-
-    ``stop(number)`` tells the worker (the driver gives a Dask-backed one; the source
-    itself never touches Dask). ``on_finish`` hears each trial once, as it is recorded.
-    """
-
-    def __init__(
-        self,
-        strategy: Strategy,
-        seed: int,
-        *,
-        sign: float,
-        pruner: Pruner | None,
-        stop: Callable[[int], None],
-        stop_event: Callable[[int], str | None],
-        on_finish: Callable[[ObjectiveOutcome], None],
-        watcher: Any = None,
-    ) -> None:
-        self.strategy = strategy
-        self.seed = seed
-        self.sign = sign
-        self.pruner = pruner
-        self.stop = stop
-        self.stop_event = stop_event
-        self.on_finish = on_finish
-        self.watcher = watcher
-        self.next_number = 0
-        self.curves: dict[int, dict[int, float]] = {}
-        self.running: set[int] = set()
-        self.stopped: dict[int, str] = {}
-        self.outcomes: dict[int, ObjectiveOutcome] = {}
-
-    @property
-    def total(self) -> int | None:
-        return self.strategy.total
-
-    @property
-    def remaining(self) -> int | None:
-        total = self.strategy.total
-        return None if total is None else max(total - self.next_number, 0)
-
-    def propose(self) -> Unit[ObjectiveSpec] | _Signal:
-        total = self.strategy.total
-        if total is not None and self.next_number >= total:
-            return DONE
-        number = self.next_number
-        params = self.strategy.ask(number)
-        if params is None:
-            return DONE
-        self.next_number += 1
-        self.running.add(number)
-        self.curves[number] = {}
-        spec = ObjectiveSpec(number, params, trial_seed(self.seed, number), self.stop_event(number))
-        return Unit(number, spec)
-
-    def submitted(self, units: list[Unit[ObjectiveSpec]]) -> None:
-        if self.watcher is not None:
-            self.watcher.units_submitted([(u.payload.number, u.payload.params) for u in units])
-
-    def reported(self, unit: Unit[ObjectiveSpec], message: dict[str, Any]) -> None:
-        number = unit.payload.number
-        try:
-            step, value = int(message["step"]), float(message["value"])
-        except (KeyError, TypeError, ValueError):
-            return
-        self.curves[number][step] = self.sign * value
-        if self.pruner is None or number in self.stopped:
-            return
-        reason = self.pruner.stop(number, self.curves, frozenset(self.running))
-        if reason is not None:
-            self.stopped[number] = reason
-            self.stop(number)
-
-    def record(
-        self, unit: Unit[ObjectiveSpec], result: ObjectiveOutcome, retries: int
-    ) -> float | None:
-        result.retries = retries
-        self.running.discard(result.number)
-        if result.intermediate:  # the worker's own curve is complete (reports can be late)
-            self.curves[result.number] = {s: self.sign * v for s, v in result.intermediate.items()}
-        score = None
-        if result.state == COMPLETE and result.value is not None:
-            score = self.sign * result.value
-        self.strategy.tell(result.number, score)
-        self.outcomes[result.number] = result
-        self.on_finish(result)
-        if self.watcher is not None:
-            self.watcher.unit_finished(
-                result.number, result.state, result.value, result.worker, result.duration,
-                result.error,
-            )  # fmt: skip
-        return score
-
-    def failed_count(self) -> int:
-        return sum(o.state not in (COMPLETE, PRUNED) for o in self.outcomes.values())
-
-
-def as_trial_outcome(outcome: ObjectiveOutcome) -> TrialOutcome:
-    """The registry's form of a trial: its value as the one fold score ``"score"``."""
-    scores = [{} if outcome.value is None else {"score": float(outcome.value)}]
-    return TrialOutcome(
-        number=outcome.number,
-        params=outcome.params,
-        seed=outcome.seed,
-        state=outcome.state,
-        test_scores=scores,
-        train_scores=None,
-        fit_times=[outcome.duration],
-        score_times=[0.0],
-        started=outcome.started,
-        finished=outcome.finished,
-        worker=outcome.worker,
-        error=outcome.error,
-        retries=outcome.retries,
-    )
-
-
-def make_pruner(
-    scheduler: Any, min_resource: int, reduction_factor: int, warmup_steps: int, min_trials: int
-) -> Pruner | None:
-    """The pruner named by ``scheduler`` (None: no pruning); bad values raise first."""
-    for name, value, low in (
-        ("min_resource", min_resource, 1),
-        ("reduction_factor", reduction_factor, 2),
-        ("warmup_steps", warmup_steps, 0),
-        ("min_trials", min_trials, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidParameterError(name, f"must be an integer >= {low}, got {value!r}")
-    if scheduler is None or isinstance(scheduler, Pruner):
-        return scheduler
-    if scheduler == "median":
-        return MedianPruner(warmup_steps=warmup_steps, min_trials=min_trials)
-    if scheduler == "asha":
-        return AshaPruner(min_resource=min_resource, reduction_factor=reduction_factor)
-    raise InvalidParameterError(
-        "scheduler",
-        f"unknown scheduler {scheduler!r} for optimize; choose one of {list(PRUNERS)} or None "
-        "(the synchronous 'halving' and 'hyperband' need SearchCV's rung steps)",
-    )
 
 
 def check_objective_args(objective: Any, n_trials: Any, direction: Any) -> float:
@@ -282,6 +137,11 @@ def stop_signals(client: Any, run: str) -> tuple[Callable[[int], None], Callable
     return set_, clear
 
 
+def objective_qualname(objective: Any) -> str:
+    """How the experiment's fingerprint names the objective (no data to fingerprint)."""
+    return str(getattr(objective, "__qualname__", repr(objective)))
+
+
 def reporter(client: Any, name: str, meta: dict[str, Any], enabled: bool) -> Any:
     """The dashboard's reporter for this run, or None (off, or the page cannot start)."""
     if not enabled or not dask.config.get("dmlsearch.dashboard", True):
@@ -305,6 +165,54 @@ def _tick(*hooks: Any) -> Callable[[], None]:
     return tick
 
 
+def check_run_args(
+    dashboard: Any,
+    trial_timeout: Any,
+    max_retries: Any,
+    resume: Any,
+    registry: Any,
+    experiment_name: Any,
+) -> None:
+    """Refuse bad run settings before any work."""
+    for label, value in (("dashboard", dashboard), ("resume", resume)):
+        if not isinstance(value, bool):
+            raise InvalidParameterError(label, f"must be True or False, got {value!r}")
+    if trial_timeout is not None and not (
+        isinstance(trial_timeout, int | float) and trial_timeout > 0
+    ):
+        raise InvalidParameterError("trial_timeout", f"must be > 0 or None, got {trial_timeout!r}")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
+    if resume and (registry is None or experiment_name is None):
+        raise InvalidParameterError(
+            "resume", "resume=True needs a registry and the experiment_name to continue"
+        )
+
+
+@dataclass
+class _Setup:
+    """A run's checked arguments, as :func:`optimize` hands them to :func:`_run`."""
+
+    objective: Callable[..., Any]
+    space: Any
+    strategy: Any
+    built: Strategy
+    n_trials: int
+    seed: int
+    sign: float
+    direction: str
+    pruner: Pruner | None
+    store: Any
+    owns_store: bool
+    name: str
+    config: dict[str, Any]
+    resume: bool
+    policy: UnitPolicy
+    max_concurrent_trials: int | None
+    dashboard: bool
+    progress: bool | None
+
+
 def optimize(
     objective: Callable[[dict[str, Any], Trial], Any],
     space: Any,
@@ -316,8 +224,10 @@ def optimize(
     client: Any = None,
     registry: Any = None,
     experiment_name: str | None = None,
+    resume: bool = False,
     random_state: Any = None,
     min_resource: int = 1,
+    max_resource: int | None = None,
     reduction_factor: int = 3,
     warmup_steps: int = 0,
     min_trials: int = 5,
@@ -330,103 +240,137 @@ def optimize(
     """Run ``objective(params, trial)`` for ``n_trials`` parameter sets from ``space``.
 
     Each trial runs on a worker; ``trial.report(value, step)`` sends an intermediate value,
-    ``trial.should_stop()`` is True once ``scheduler`` (``"median"`` or ``"asha"``, used as
-    a pruner; ``None``: never) stopped the trial. The objective returns the trial's value
-    (greater is better, or ``direction="minimize"``). ``strategy`` is any of
-    :data:`~dmlsearch.STRATEGIES` or an Optuna sampler. ``"asha"`` judges a trial at steps
-    ``min_resource * reduction_factor**k``; ``"median"`` stops a trial below the median of
+    ``trial.should_stop()`` is True once ``scheduler`` (a pruner; ``None``: never) stopped
+    the trial. The objective returns the trial's value (greater is better, or
+    ``direction="minimize"``). ``strategy`` is any of :data:`~dmlsearch.STRATEGIES` or an
+    Optuna sampler.
+
+    Pruners (``scheduler``), all asynchronous: a trial is judged when it reports and goes
+    on or stops, it never waits at a rung. ``"median"`` stops a trial below the median of
     the others' values at a step ``>= warmup_steps`` once ``min_trials`` others have one.
+    ``"asha"`` judges a trial at rung steps ``min_resource * reduction_factor**k`` (with
+    ``max_resource``: ``SearchCV``'s rungs up to it); it goes on if in the top
+    ``1 / reduction_factor`` of the values at that rung so far. ``"halving"`` is the same
+    asynchronous successive halving (as Optuna's ``SuccessiveHalvingPruner``; the
+    synchronous one, which waits for full rungs, is ``SearchCV``'s). ``"hyperband"``
+    (needs ``max_resource``, a trial's full budget in steps) is asynchronous Hyperband:
+    each trial gets one of Li et al.'s brackets by a weighted round robin
+    (:func:`~dmlsearch.schedulers.assign_brackets`) and ASHA's rule at its bracket's
+    rungs, among the trials of its bracket.
+
     With ``registry`` (a :class:`~dmlsearch.Registry` or URL) each trial is recorded in
-    experiment ``experiment_name``, its reported values as ``intermediate``.
+    experiment ``experiment_name``, its reported values as ``intermediate``;
+    ``resume=True`` continues that experiment, running only the trials it has no record of.
 
     Raises :class:`~dmlsearch.InvalidParameterError` for bad arguments, before any work.
     """
-    from .progress import make_progress
+    from ._optimize_records import optimize_config
     from .registry import as_registry
-    from .runner import cluster_shape, resolve_client
+    from .runner import resolve_client
     from .search import _resolve_seed
     from .space import as_space
+    from .strategies import make_strategy
 
     sign = check_objective_args(objective, n_trials, direction)
-    pruner = make_pruner(scheduler, min_resource, reduction_factor, warmup_steps, min_trials)
-    if not isinstance(dashboard, bool):
-        raise InvalidParameterError("dashboard", f"must be True or False, got {dashboard!r}")
-    if trial_timeout is not None and not (
-        isinstance(trial_timeout, int | float) and trial_timeout > 0
-    ):
-        raise InvalidParameterError("trial_timeout", f"must be > 0 or None, got {trial_timeout!r}")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
+    pruner = make_pruner(
+        scheduler, min_resource, reduction_factor, warmup_steps, min_trials, max_resource, n_trials
+    )
+    check_run_args(dashboard, trial_timeout, max_retries, resume, registry, experiment_name)
     seed = _resolve_seed(random_state)
     search_space = as_space(space)
-    strategy_ = make_strategy(strategy, search_space, n_trials, seed)
+    built = make_strategy(strategy, search_space, n_trials, seed)
     store = None if registry is None else as_registry(registry)
     name = (
         experiment_name
         or f"optimize-{getattr(objective, '__name__', 'objective')}-{uuid.uuid4().hex[:8]}"
     )
+    config = optimize_config(
+        objective=objective, space=space, search_space=search_space, strategy=strategy,
+        scheduler=scheduler, pruner=pruner, direction=direction, n_trials=n_trials, seed=seed,
+    )  # fmt: skip
     policy = UnitPolicy(
         max_retries=max_retries, timeout=trial_timeout, batchable=False,
         timeout_name="trial_timeout",
     )  # fmt: skip
+    setup = _Setup(
+        objective, search_space, strategy, built, n_trials, seed, sign, direction, pruner, store,
+        store is not registry, name, config, resume, policy, max_concurrent_trials, dashboard,
+        progress,
+    )  # fmt: skip
     with resolve_client(client) as dask_client:
-        recorder = None
-        if store is not None:
-            from ._recording import SearchRecorder
+        return _run(dask_client, setup)
 
-            recorder = SearchRecorder(
-                store, name, metric="score", owns_registry=store is not registry
-            )
-            config = {
-                "kind": "optimize", "objective": repr(objective), "search_space": repr(space),
-                "strategy": repr(strategy), "scheduler": repr(scheduler), "direction": direction,
-                "n_trials": n_trials, "seed": seed,
-            }  # fmt: skip
-            recorder.open(
-                resume=False,
-                config=config,
-                # No data to fingerprint: the objective names what was tuned.
-                fingerprint=f"objective {getattr(objective, '__qualname__', repr(objective))}",
-                cluster=cluster_shape(dask_client),
-            )
-        watcher = reporter(
-            dask_client, name, {"objective": repr(objective), "total": n_trials}, dashboard
-        )
-        run = f"dmlsearch-stop-{uuid.uuid4().hex[:8]}"
-        stop, clear = stop_signals(dask_client, run)
 
-        def finished(outcome: ObjectiveOutcome) -> None:
-            if recorder is not None:
-                curve = {str(s): v for s, v in sorted(outcome.intermediate.items())}
-                recorder.add(as_trial_outcome(outcome), intermediate=curve)
+def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
+    """Open the experiment, restore what an earlier run recorded, and run the rest."""
+    from ._optimize_records import check_same_run, restore_trials
+    from .progress import make_progress
+    from .runner import cluster_shape
+    from .search import open_experiment
+    from .strategies import make_strategy
 
-        source = ObjectiveSource(
-            strategy_, seed, sign=sign, pruner=pruner, stop=stop,
-            stop_event=lambda number: None if pruner is None else f"{run}-{number}",
-            on_finish=finished, watcher=watcher,
+    seed, strategy = setup.seed, setup.built
+    recorder, restored = None, []
+    if setup.store is not None:
+        name, config = setup.name, setup.config
+        recorder, prior, previous_status = open_experiment(
+            setup.store, name, config, resume=setup.resume, owns=setup.owns_store,
+            metric="score", fingerprint=f"objective {objective_qualname(setup.objective)}",
+            cluster=cluster_shape(dask_client),
+            check=lambda stored: check_same_run(name, stored, config),
         )  # fmt: skip
-        loop: WorkLoop[ObjectiveSpec, ObjectiveOutcome] = WorkLoop(
-            dask_client,
-            ObjectiveKind(objective, policy),
-            source,
-            max_units_in_flight=max_concurrent_trials,
-            progress=make_progress(progress),
-            name="optimize",
-            no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
-            on_tick=_tick(recorder, watcher),
+        records = [] if prior is None else prior.trials
+        if prior is not None and prior.seed != seed:
+            seed = prior.seed  # the earlier run's trials derive from its seed
+            strategy = make_strategy(setup.strategy, setup.space, setup.n_trials, seed)
+        restored = restore_trials(
+            records, strategy, setup.space, setup.sign, recorder, previous_status
         )
-        status = "failed"
-        try:
-            stats = loop.run()
-            status = "complete"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            clear()
-            if watcher is not None:
-                watcher.experiment_finished(status)
-            if recorder is not None:
-                recorder.close(status)
+    meta = {
+        "objective": repr(setup.objective), "total": setup.n_trials,
+        "scheduler": repr(setup.pruner), "resume": setup.resume,
+    }  # fmt: skip
+    watcher = reporter(dask_client, setup.name, meta, setup.dashboard)
+    run = f"dmlsearch-stop-{uuid.uuid4().hex[:8]}"
+    stop, clear = stop_signals(dask_client, run)
+
+    def finished(outcome: ObjectiveOutcome) -> None:
+        if recorder is not None:
+            recorder.add(as_trial_outcome(outcome), intermediate=record_curve(outcome))
+
+    pruner = setup.pruner
+    source = ObjectiveSource(
+        strategy, seed, sign=setup.sign, pruner=pruner, stop=stop,
+        stop_event=lambda number: None if pruner is None else f"{run}-{number}",
+        on_finish=finished, watcher=watcher, skip=[o.number for o in restored],
+    )  # fmt: skip
+    for outcome in restored:
+        source.restore(outcome)
+    loop: WorkLoop[ObjectiveSpec, ObjectiveOutcome] = WorkLoop(
+        dask_client,
+        ObjectiveKind(setup.objective, setup.policy),
+        source,
+        max_units_in_flight=setup.max_concurrent_trials,
+        progress=make_progress(setup.progress),
+        name="optimize",
+        no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
+        on_tick=_tick(recorder, watcher),
+    )
+    status = "failed"
+    try:
+        stats = loop.run()
+        status = "complete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        clear()
+        if watcher is not None:
+            watcher.experiment_finished(status)
+        if recorder is not None:
+            recorder.close(status)
     trials = [source.outcomes[n] for n in sorted(source.outcomes)]
-    return OptimizeResult(trials, direction, name if store is not None else None, stats)
+    return OptimizeResult(
+        trials, setup.direction, setup.name if setup.store is not None else None, stats,
+        pruner, len(restored),
+    )  # fmt: skip

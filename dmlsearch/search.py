@@ -608,38 +608,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         Returns the recorder, what an earlier run recorded (None for a new experiment) and
         the experiment's status before this run (to put back on a refused resume).
         """
-        from .registry import NotFoundError
-
-        owns = registry is not self.registry
-        previous_status: str | None = None
-        if self.resume:
-            try:
-                try:
-                    existing = registry.store.get_experiment(name)
-                except NotFoundError:
-                    raise InvalidParameterError(
-                        "resume",
-                        f"there is no experiment {name!r} in the registry to resume: run it "
-                        "first, or drop resume (resume=False) to start it",
-                    ) from None
-                _check_same_config(name, existing.config, _stored_form(config))
-            except BaseException:
-                if owns:
-                    registry.close()
-                raise
-            previous_status = existing.status
-        recorder = SearchRecorder(registry, name, metric=primary, owns_registry=owns)
-        try:
-            prior = recorder.open(
-                resume=self.resume,
-                config=config,
-                fingerprint=fingerprint,
-                cluster=cluster,
-            )
-        except BaseException:
-            if recorder.owns_registry:
-                registry.close()
-            raise
+        recorder, prior, previous_status = open_experiment(
+            registry, name, config, resume=self.resume, owns=registry is not self.registry,
+            metric=primary, fingerprint=fingerprint, cluster=cluster,
+        )  # fmt: skip
         self.experiment_name_ = name
         self.experiment_id_ = recorder.experiment_id
         return recorder, prior, previous_status
@@ -657,34 +629,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         A record this search cannot give the same parameters is refused (the recorder is
         closed with the experiment's earlier status).
         """
-        name = recorder.name
 
         def refuse(message: str) -> InvalidParameterError:
             recorder.close(previous_status or "interrupted")
             return InvalidParameterError("resume", message)
 
-        if strategy.adaptive:
-            # Model-based trials come back from the registry in their stored (JSON)
-            # form: decode them through the space, so object choices are objects again.
-            try:
-                return dict(space.decode(record.params, _stored_form))
-            except ValueError as exc:
-                raise refuse(
-                    f"experiment {name!r} recorded trial {record.number} with "
-                    f"{record.params}, which this search_space does not hold ({exc}): "
-                    "resume with the same search_space, or start a new experiment "
-                    "(another experiment_name)"
-                ) from None
-        # Grid and random trials are pure functions of (seed, number): regenerate
-        # their exact parameters, and refuse a space that gives them others.
-        params = strategy.ask(record.number)
-        if params is not None and not same_params(record.params, params):
-            raise refuse(
-                f"experiment {name!r} recorded trial {record.number} with "
-                f"{record.params}, but this search gives it {params}: resume with the "
-                "same search_space, strategy and random_state, or start a new experiment"
-            )
-        return params
+        return recorded_params(record, strategy, space, recorder.name, refuse)
 
     def _config_snapshot(self, seed: int, n_splits: int) -> dict[str, Any]:
         """What the experiment records about this search (JSON-friendly).
@@ -904,6 +854,90 @@ _RESUME_FIXED = {
     "search_space_spec": "search_space",
     "schedule": "scheduler",  # a multi-fidelity search's (dmlsearch._schedule_plan)
 }
+
+
+def open_experiment(
+    registry: Registry,
+    name: str,
+    config: dict[str, Any],
+    *,
+    resume: bool,
+    owns: bool,
+    metric: str,
+    fingerprint: str,
+    cluster: dict[str, Any],
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[SearchRecorder, PriorRun | None, str | None]:
+    """Open (or, with ``resume``, reopen) experiment ``name``, its configuration checked.
+
+    Returns the recorder, what an earlier run recorded (None for a new experiment) and
+    the experiment's status before this run (to put back on a refused resume). ``check``
+    may refuse the stored configuration first; ``owns``: close ``registry`` on a refusal.
+    """
+    from .registry import NotFoundError
+
+    previous_status: str | None = None
+    if resume:
+        try:
+            try:
+                existing = registry.store.get_experiment(name)
+            except NotFoundError:
+                raise InvalidParameterError(
+                    "resume",
+                    f"there is no experiment {name!r} in the registry to resume: run it "
+                    "first, or drop resume (resume=False) to start it",
+                ) from None
+            if check is not None:
+                check(existing.config)
+            _check_same_config(name, existing.config, _stored_form(config))
+        except BaseException:
+            if owns:
+                registry.close()
+            raise
+        previous_status = existing.status
+    recorder = SearchRecorder(registry, name, metric=metric, owns_registry=owns)
+    try:
+        prior = recorder.open(
+            resume=resume, config=config, fingerprint=fingerprint, cluster=cluster
+        )
+    except BaseException:
+        if owns:
+            registry.close()
+        raise
+    return recorder, prior, previous_status
+
+
+def recorded_params(
+    record: TrialRecord,
+    strategy: Strategy,
+    space: Any,
+    name: str,
+    refuse: Callable[[str], InvalidParameterError],
+) -> dict[str, Any] | None:
+    """The parameters of recorded trial ``record`` of experiment ``name`` under this run
+    (None: beyond it); ``refuse(message)`` gives the error for a record it cannot match."""
+    if strategy.adaptive:
+        # Model-based trials come back from the registry in their stored (JSON)
+        # form: decode them through the space, so object choices are objects again.
+        try:
+            return dict(space.decode(record.params, _stored_form))
+        except ValueError as exc:
+            raise refuse(
+                f"experiment {name!r} recorded trial {record.number} with "
+                f"{record.params}, which this search_space does not hold ({exc}): "
+                "resume with the same search_space, or start a new experiment "
+                "(another experiment_name)"
+            ) from None
+    # Grid and random trials are pure functions of (seed, number): regenerate
+    # their exact parameters, and refuse a space that gives them others.
+    params = strategy.ask(record.number)
+    if params is not None and not same_params(record.params, params):
+        raise refuse(
+            f"experiment {name!r} recorded trial {record.number} with "
+            f"{record.params}, but this search gives it {params}: resume with the "
+            "same search_space, strategy and random_state, or start a new experiment"
+        )
+    return params
 
 
 def _stored_form(value: Any) -> Any:

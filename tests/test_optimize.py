@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from typing import Any
 
 import pytest
 
 from dmlsearch import Categorical, Float, InvalidParameterError, Registry, optimize
-from dmlsearch._objective import PRUNED, AshaPruner, MedianPruner, Pruner, Trial
+from dmlsearch._objective import (
+    PRUNED,
+    AshaPruner,
+    HyperbandPruner,
+    MedianPruner,
+    Pruner,
+    Trial,
+)
+from dmlsearch._pruners import RungReport, make_pruner
+from dmlsearch.schedulers import assign_brackets
 
 STEPS = 8
 
@@ -83,6 +93,80 @@ def test_asha_pruner_keeps_the_top_third_of_each_rung() -> None:
     assert pruner.stop(5, curves, frozenset({5})) is None
 
 
+def test_asha_pruner_with_max_resource_uses_search_cv_s_rungs() -> None:
+    # rung_resources(2, 100, 3) == (3, 11, 33, 100): judged there, never at 100.
+    pruner = AshaPruner(min_resource=2, reduction_factor=3, max_resource=100)
+    curves: dict[int, dict[int, float]] = {0: {3: 0.9}, 1: {3: 0.1}}
+    assert pruner.stop(0, curves, frozenset()) is None
+    assert pruner.stop(1, curves, frozenset()) is not None  # 2 at rung 3: top 1
+    curves[0][100], curves[2] = 0.1, {3: 0.95, 11: 0.9, 33: 0.9, 100: 0.9}
+    assert pruner.stop(0, curves, frozenset()) is None  # the full budget: never pruned
+    assert [r.resource for r in pruner.rungs(2, curves[2])] == [3, 11, 33, 100]
+    assert make_pruner("halving", 2, 3, 0, 5, max_resource=100) == pruner  # asynchronous
+
+
+# Hyperband for R = 9, eta = 3: brackets s = 2 (rungs 1, 3, 9), 1 (3, 9), 0 (9), and trials
+# 0..8 go to brackets 2, 1, 2, 0, 2, 1, 2, 0, 2 (schedulers.assign_brackets).
+BRACKETS = (2, 1, 2, 0, 2, 1, 2, 0, 2)
+
+
+def test_hyperband_pruner_assigns_brackets_and_their_rungs() -> None:
+    pruner = HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3, n_trials=5)
+    assert tuple(pruner.bracket_of(t) for t in range(9)) == BRACKETS
+    assert pruner.bracket_of(17 + 3) == 0  # the round robin repeats every 9 + 5 + 3 trials
+    assert pruner.bracket_resources == {2: (1, 3, 9), 1: (3, 9), 0: (9,)}
+    curve = {1: 0.5, 2: 0.6, 3: 0.7, 5: 0.8, 9: 0.9}
+    assert pruner.rungs(4, curve) == [  # bracket 2
+        RungReport(0, 1, 0, 1, 0.5, 2),
+        RungReport(1, 3, 1, 3, 0.7, 2),
+        RungReport(2, 9, 3, 9, 0.9, 2, top=True),
+    ]
+    assert pruner.rungs(1, curve) == [  # bracket 1: its first rung is 3
+        RungReport(0, 3, 0, 3, 0.7, 1),
+        RungReport(1, 9, 3, 9, 0.9, 1, top=True),
+    ]
+    assert pruner.rungs(3, {4: 0.1, 8: 0.2}) == []  # bracket 0, below its only rung
+
+
+def test_hyperband_pruner_ranks_a_trial_in_its_own_bracket_only() -> None:
+    pruner = HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
+    curves: dict[int, dict[int, float]] = {}
+    before = pickle.dumps(pruner)
+
+    def report(trial: int, step: int, value: float) -> bool:
+        """Whether ``trial`` goes on after reporting ``value`` at ``step``."""
+        curves.setdefault(trial, {})[step] = value
+        frozen = {t: dict(c) for t, c in curves.items()}
+        reason = pruner.stop(trial, curves, frozenset(curves))
+        assert curves == frozen  # a pure rule: the curves are left as they were
+        return reason is None
+
+    # Bracket 2 at rung 1 (step 1), in this order: kept while in the top
+    # max(n // 3, 1) of the n values at the rung so far, its own included.
+    assert [report(t, 1, v) for t, v in [(0, 0.5), (2, 0.4), (4, 0.9), (6, 0.6)]] == [
+        True,  # alone
+        False,  # 2 values: top 1 is 0.5
+        True,  # 3 values: top 1 is itself
+        False,  # 4 values: top 1 is 0.9
+    ]
+    assert report(0, 2, 0.55)  # step 2 is no rung: not judged
+    # Bracket 1's first rung is at step 3: step 1 is not judged, whatever the value.
+    assert report(1, 1, -5.0)
+    assert report(4, 3, 0.95)  # bracket 2, rung 3: alone there
+    # Trial 1 is alone at rung 3 *in bracket 1*: it goes on, though trial 4 (another
+    # bracket) has a better value there. Trial 5, the second of bracket 1, does not.
+    assert report(1, 3, 0.1) and not report(5, 3, 0.05)
+    # Bracket 0 (trials 3, 7) has a single rung, the full budget: never pruned.
+    assert all(report(3, step, -100.0) for step in range(1, 10))
+    assert report(7, 9, -200.0)
+    # Nor is anyone at the top rung of its bracket: trial 0 beats trial 4 at rung 3, and
+    # then both are at the full budget with poor values.
+    assert report(0, 3, 0.96) and report(4, 9, -1.0) and report(0, 9, -2.0)
+    reason = pruner.stop(5, curves, frozenset())
+    assert reason is not None and "bracket 1" in reason and "top 1 of 2" in reason
+    assert pickle.dumps(pruner) == before  # it never writes into itself
+
+
 def test_a_trial_outside_a_run_reports_locally_and_never_stops() -> None:
     trial = Trial(0, {"x": 1})
     trial.report(0.5, 3)
@@ -91,6 +175,18 @@ def test_a_trial_outside_a_run_reports_locally_and_never_stops() -> None:
         trial.report(0.5, -1)
     with pytest.raises(InvalidParameterError, match="number"):
         trial.report("high", 1)  # type: ignore[arg-type]
+
+
+def test_resume_checks_the_kind_and_the_objective_of_the_experiment() -> None:
+    from dmlsearch._optimize_records import check_same_run, objective_name
+
+    config = {"kind": "optimize", "objective_name": objective_name(quadratic)}
+    check_same_run("e", dict(config), config)  # the same run: no error
+    check_same_run("e", {"kind": "optimize"}, config)  # recorded before the name was
+    with pytest.raises(InvalidParameterError, match="SearchCV"):
+        check_same_run("e", {"estimator": "SVC()"}, config)
+    with pytest.raises(InvalidParameterError, match=r"test_optimize\.quadratic"):
+        check_same_run("e", {**config, "objective_name": "mod.other"}, config)
 
 
 # ------------------------------------------------------------------- bad input, no work
@@ -104,7 +200,15 @@ NOT_A_CLUSTER = "tcp://127.0.0.1:1"  # reaching it would fail otherwise: nothing
         ({"objective": "f"}, "objective"),
         ({"n_trials": 0}, "n_trials"),
         ({"n_trials": 2.5}, "n_trials"),
-        ({"scheduler": "hyperband"}, "scheduler"),
+        ({"scheduler": "hyperband"}, "max_resource"),
+        ({"scheduler": "hyperband", "max_resource": 9, "min_resource": 10}, "min_resource"),
+        ({"scheduler": "hyperband", "max_resource": 9, "reduction_factor": 1}, "reduction_factor"),
+        ({"scheduler": "hyperband", "max_resource": 0}, "max_resource"),
+        ({"scheduler": "hyperband", "max_resource": 9.5}, "max_resource"),
+        ({"scheduler": "median", "max_resource": 9}, "max_resource"),
+        ({"max_resource": 9}, "max_resource"),
+        ({"resume": True}, "resume"),
+        ({"resume": "yes", "experiment_name": "x"}, "resume"),
         ({"scheduler": "medain"}, "scheduler"),
         ({"strategy": "annealing"}, "strategy"),
         ({"direction": "up"}, "direction"),
@@ -236,3 +340,172 @@ def test_asha_pruning_and_failing_trials_on_the_cluster(client: Any) -> None:
     assert states[2.0] == "complete"
     assert any(state == PRUNED for state in states.values())
     assert result.best_params["x"] in (2.0, 2.1, 1.9)
+
+
+# ------------------------------------------------------------------- asynchronous Hyperband
+
+# 17 trials: one round of the brackets for R = 9, eta = 3 (9, 5 and 3 trials). Grid order
+# gives trial t the t-th x. Each bracket's best comes first in it (trial 0: x = 2, the
+# optimum; trial 1: x = 2.3), and bracket 0 (trials 3, 7, 13) holds the worst x of all.
+HB_XS = [2.0, 2.3, 3.0, 9.0, -1.0, 5.0, 4.5, 9.5, 0.5, 0.0, 6.0, 8.0, 2.6, -4.0, -2.5, 3.5, 7.0]
+HB_BRACKETS = assign_brackets(17, 9, 3)
+
+
+def hb_curve(params: dict[str, Any], trial: Trial) -> float:
+    """Steps 1..9 approaching ``-(x - 2)**2``: the order of the x's is the same at every
+    step, so a bracket's best is the best at each of its rungs, whatever the timing."""
+    target = -((params["x"] - 2.0) ** 2)
+    value = target
+    for step in range(1, 10):
+        value = target - 1.0 / step
+        trial.report(value, step)
+        if trial.should_stop():
+            return value
+        time.sleep(0.05)
+    return value
+
+
+def _page_state(cluster: Any, name: str) -> dict[str, Any]:
+    """The dashboard page's view of experiment ``name`` once it is complete."""
+    import json
+    import urllib.request
+
+    url = cluster.dashboard_link.rsplit("/", 1)[0] + "/dmlsearch/api/state"
+    deadline = time.monotonic() + 30  # a hang bound: events arrive asynchronously
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            shown = {e["name"]: e for e in json.loads(response.read())["experiments"]}
+        view = shown.get(name, {})
+        if view.get("status") == "complete" or time.monotonic() > deadline:
+            return view
+        time.sleep(0.05)
+
+
+@pytest.mark.cluster
+def test_hyperband_prunes_within_brackets_on_the_cluster(
+    cluster: Any, client: Any, tmp_path: Any
+) -> None:
+    registry = Registry(f"sqlite:///{tmp_path / 'r.db'}")
+    name = f"hb-{time.time_ns()}"
+    result = optimize(
+        hb_curve,
+        {"x": Categorical(HB_XS)},
+        n_trials=17,
+        strategy="grid",
+        scheduler="hyperband",
+        min_resource=1,
+        max_resource=9,
+        reduction_factor=3,
+        client=client,
+        registry=registry,
+        experiment_name=name,
+    )
+    trials = result.trials
+    assert [t.bracket for t in trials] == list(HB_BRACKETS)
+    assert [HB_BRACKETS.count(s) for s in (2, 1, 0)] == [9, 5, 3]
+    assert isinstance(result.pruner, HyperbandPruner)
+    full = list(range(1, 10))
+    for s in (2, 1, 0):
+        members = [t for t in trials if t.bracket == s]
+        best = max(members, key=lambda t: -abs(t.params["x"] - 2.0))
+        # A bracket's best is never pruned: it reaches the full budget.
+        assert best.state == "complete" and sorted(best.intermediate) == full
+    # Bracket 0 starts at the full budget: never pruned, though its x are the worst.
+    for t in trials:
+        if t.bracket == 0:
+            assert t.state == "complete" and sorted(t.intermediate) == full
+    pruned = [t for t in trials if t.state == PRUNED]
+    assert result.n_pruned == len(pruned) >= 1
+    assert all(t.bracket in (1, 2) for t in pruned)
+    assert sum(len(t.intermediate) for t in trials) < 17 * 9  # pruning saved steps
+    assert result.best_params["x"] == 2.0 and result.best_trial.number == 0
+    # Registry: one record per trial, with its bracket beside its curve.
+    exp = registry.store.get_experiment(name)
+    records = {r.number: r for r in registry.store.get_trials(exp.id)}
+    assert sorted(records) == list(range(17)) and exp.status == "complete"
+    assert [records[t].intermediate["bracket"] for t in range(17)] == list(HB_BRACKETS)
+    assert {t for t, r in records.items() if r.state == PRUNED} == {t.number for t in pruned}
+    assert exp.config["schedule"]["pruner"] == repr(result.pruner)
+    registry.close()
+    # Dashboard: the rung view counts, per rung step, the trials that reached it.
+    rungs = {row["resource"]: row for row in _page_state(cluster, name)["rungs"]}
+    assert sorted(rungs) == [1, 3, 9]
+    assert rungs[1]["trials"] == 9 and rungs[1]["promoted"] == 0  # bracket 2's first rung
+    assert rungs[3]["trials"] == 5 + rungs[3]["promoted"]  # bracket 1's first rung
+    complete = sum(t.state == "complete" for t in trials)
+    assert rungs[9]["trials"] == complete and rungs[9]["promoted"] == complete - 3
+    assert all(
+        r["complete"] == r["trials"] and r["running"] == r["failed"] == 0 for r in rungs.values()
+    )
+
+
+class InterruptingHyperband(HyperbandPruner):
+    """Interrupts the driver, as Ctrl-C would, when trial ``at`` (or a later one) reports."""
+
+    def __init__(self, at: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.at = at
+
+    def stop(self, trial: int, curves: Any, running: frozenset[int]) -> str | None:
+        if trial >= self.at:
+            raise KeyboardInterrupt
+        return super().stop(trial, curves, running)
+
+
+@pytest.mark.cluster
+def test_resume_runs_only_the_trials_never_recorded(client: Any, tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    common: dict[str, Any] = {
+        "n_trials": 17, "strategy": "grid", "client": client, "registry": url,
+        "experiment_name": "hb-resume", "dashboard": False,
+    }  # fmt: skip
+    space = {"x": Categorical(HB_XS)}
+    with pytest.raises(KeyboardInterrupt):
+        optimize(
+            hb_curve, space,
+            scheduler=InterruptingHyperband(8, min_resource=1, max_resource=9), **common,
+        )  # fmt: skip
+    registry = Registry(url)
+    exp = registry.store.get_experiment("hb-resume")
+    first = {r.number: r for r in registry.store.get_trials(exp.id)}
+    assert exp.status == "interrupted" and 0 < len(first) < 8
+    registry.close()
+    resumed_at = time.time()
+    result = optimize(hb_curve, space, scheduler="hyperband", max_resource=9, resume=True, **common)
+    assert result.n_restored == len(first)
+    assert [t.number for t in result.trials] == list(range(17))
+    assert [t.bracket for t in result.trials] == list(HB_BRACKETS)
+    for t in result.trials:
+        if t.number in first:  # restored as recorded, not run again
+            record = first[t.number]
+            assert t.state == record.state and t.started == record.started < resumed_at
+            assert t.intermediate == {
+                int(k): v for k, v in record.intermediate.items() if k.isdigit()
+            }
+        else:
+            assert t.started >= resumed_at
+    assert result.best_params["x"] == 2.0
+    registry = Registry(url)
+    exp = registry.store.get_experiment("hb-resume")
+    assert exp.status == "complete"
+    assert sorted(r.number for r in registry.store.get_trials(exp.id)) == list(range(17))
+    registry.close()
+    # Refused before any trial runs, the experiment left as it was.
+    refusals = [
+        ({"scheduler": "asha"}, hb_curve, "scheduler"),
+        ({"scheduler": "hyperband", "max_resource": 27}, hb_curve, "scheduler"),
+        ({"scheduler": "hyperband", "max_resource": 9}, quadratic, "tuned"),
+        (
+            {"scheduler": "hyperband", "max_resource": 9, "experiment_name": "nope"},
+            hb_curve,
+            "no experiment",
+        ),
+    ]
+    for kwargs, objective, words in refusals:
+        args = {**common, **kwargs}
+        with pytest.raises(InvalidParameterError, match=words) as info:
+            optimize(objective, space, resume=True, **args)
+        assert info.value.param == "resume"
+    registry = Registry(url)
+    assert registry.store.get_experiment("hb-resume").status == "complete"
+    registry.close()

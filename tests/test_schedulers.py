@@ -27,6 +27,8 @@ from dmlsearch.schedulers import (
     Start,
     Stop,
     SuccessiveHalving,
+    asha_keeps,
+    assign_brackets,
     hyperband_brackets,
     make_scheduler,
     promotion_quota,
@@ -34,6 +36,7 @@ from dmlsearch.schedulers import (
     rung_resources,
     rung_sizes,
     s_max,
+    weighted_round_robin,
 )
 
 # ---------------------------------------------------------------- a tiny simulated cluster
@@ -163,6 +166,50 @@ def test_rung_arithmetic() -> None:
     assert rung_resources(1, 16, 2) == (1, 2, 4, 8, 16)
     assert rung_sizes(34, 3, 3) == (34, 11, 3, 1)
     assert promotion_quota(8, 3) == 2 and promotion_quota(2, 3) == 0
+
+
+def test_weighted_round_robin_by_hand() -> None:
+    # Credits after adding the weights (3, 2, 1), the pick, then the credits less 6:
+    # [3,2,1]->0 [0,4,2]->1 [3,0,3]->0 (tie: smaller) [0,2,4]->2 [3,4,-1]->1 [6,0,0]->0
+    assert weighted_round_robin((3, 2, 1), 6) == (0, 1, 0, 2, 1, 0)
+    assert weighted_round_robin((3, 2, 1), 12) == (0, 1, 0, 2, 1, 0) * 2  # repeats
+    assert weighted_round_robin((4,), 3) == (0, 0, 0) and weighted_round_robin((1, 1), 0) == ()
+
+
+def test_assign_brackets_interleaves_li_et_al_s_brackets_by_their_sizes() -> None:
+    # R = 9, eta = 3: brackets s = 2, 1, 0 with n = 9, 5, 3 (17 trials per round).
+    assert [b.n for b in hyperband_brackets(9, 3)] == [9, 5, 3]
+    first = assign_brackets(17, 9, 3)
+    assert first[:9] == (2, 1, 2, 0, 2, 1, 2, 0, 2)  # worked out in its docstring
+    assert [first.count(s) for s in (2, 1, 0)] == [9, 5, 3]
+    assert assign_brackets(34, 9, 3) == first * 2
+    # R = 4, eta = 2: n = 4, 3, 3, so a plain rotation with bracket 2 once more.
+    assert assign_brackets(10, 4, 2) == (2, 1, 0, 2, 1, 0, 2, 1, 0, 2)
+    # Li et al.'s R = 81, eta = 3: one round holds each bracket n times, and every prefix
+    # stays within one trial of the brackets' shares.
+    brackets = hyperband_brackets(81, 3)
+    seq = assign_brackets(143, 81, 3)
+    assert [seq.count(b.s) for b in brackets] == [81, 34, 15, 8, 5]
+    for t in range(1, 144):
+        for b in brackets:
+            assert abs(seq[:t].count(b.s) - t * b.n / 143) < 1
+    with pytest.raises(InvalidParameterError, match="weights"):
+        weighted_round_robin((), 3)
+    with pytest.raises(InvalidParameterError, match="weights"):
+        weighted_round_robin((2, 0), 3)
+
+
+def test_asha_keeps_is_asha_s_rule_decided_at_once() -> None:
+    assert asha_keeps(0.5, [], 3)  # alone: the best so far goes on
+    assert not asha_keeps(0.4, [0.5], 3)  # 2 results, eta 3: only the best goes on
+    assert asha_keeps(0.9, [0.5, 0.4], 3)
+    assert not asha_keeps(0.6, [0.5, 0.4, 0.9], 3)  # 4 results: top 1
+    assert not asha_keeps(0.6, [0.5, 0.4, 0.9, 0.3, 0.95], 3)  # 6 results: top 2 (0.95, 0.9)
+    assert asha_keeps(0.9, [0.5, 0.4, 0.6, 0.3, 0.95], 3)
+    assert asha_keeps(0.5, [0.9, 0.1, 0.2], 2)  # 4 results, eta 2: top 2
+    assert asha_keeps(0.9, [0.9, 0.1], 3)  # a tie goes on
+    assert not asha_keeps(math.nan, [], 3)  # nan never goes on ...
+    assert asha_keeps(0.1, [math.nan, math.nan], 3)  # ... and ranks last
 
 
 @pytest.mark.parametrize(

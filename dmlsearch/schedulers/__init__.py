@@ -23,7 +23,7 @@ from ._base import (
     Stop,
     rank,
 )
-from .asha import ASHA, asha_promotable
+from .asha import ASHA, asha_keeps, asha_promotable
 from .halving import (
     SuccessiveHalving,
     check_schedule,
@@ -32,7 +32,13 @@ from .halving import (
     rung_sizes,
     s_max,
 )
-from .hyperband import Bracket, Hyperband, hyperband_brackets
+from .hyperband import (
+    Bracket,
+    Hyperband,
+    assign_brackets,
+    hyperband_brackets,
+    weighted_round_robin,
+)
 from .median import MedianStopping, median_stop
 
 __all__ = [
@@ -52,7 +58,9 @@ __all__ = [
     "Start",
     "Stop",
     "SuccessiveHalving",
+    "asha_keeps",
     "asha_promotable",
+    "assign_brackets",
     "check_schedule",
     "hyperband_brackets",
     "make_scheduler",
@@ -62,6 +70,7 @@ __all__ = [
     "rung_resources",
     "rung_sizes",
     "s_max",
+    "weighted_round_robin",
 ]
 
 _CLASSES: dict[str, type[Scheduler]] = {

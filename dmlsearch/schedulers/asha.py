@@ -9,6 +9,7 @@ resource. A worker never idles waiting for a rung to fill.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from ._base import DONE, WAIT, Decision, History, Promote, Scheduler, Start, check_int, rank
 from .halving import (
@@ -20,7 +21,7 @@ from .halving import (
     rung_resources,
 )
 
-__all__ = ["ASHA", "asha_promotable"]
+__all__ = ["ASHA", "asha_keeps", "asha_promotable"]
 
 
 def asha_promotable(history: History, rung: int, eta: int) -> list[int]:
@@ -32,6 +33,23 @@ def asha_promotable(history: History, rung: int, eta: int) -> list[int]:
     scores = _scored(history, rung)
     top = rank(scores)[: promotion_quota(len(scores), eta)]
     return [t for t in top if not _promoted(history, t, rung)]
+
+
+def asha_keeps(score: float, others: Iterable[float], eta: int) -> bool:
+    """Whether a pruner lets a result at a rung go on: ASHA's rule, decided at once.
+
+    ``others``: the other results at the same rung so far. The result goes on if it is
+    among the top ``max(floor(n / eta), 1)`` of the ``n`` results, its own included
+    (ties go on; ``nan`` never does and ranks last). A scheduler could wait for more
+    results before promoting; a pruner must answer now, so, as Optuna's
+    ``SuccessiveHalvingPruner``, it lets the best go on while fewer than ``eta`` are in.
+    """
+    eta = check_int("reduction_factor", eta, 2)
+    if math.isnan(score):
+        return False
+    ranked = sorted([s for s in others if not math.isnan(s)] + [score], reverse=True)
+    keep = max(len(ranked) // eta, 1)
+    return score >= ranked[keep - 1]
 
 
 class ASHA(Scheduler):

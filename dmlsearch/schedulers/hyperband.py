@@ -8,12 +8,20 @@ loop, and keeps no state of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._base import DONE, WAIT, Decision, History, Promote, Scheduler, Start
+from ..exceptions import InvalidParameterError
+from ._base import DONE, WAIT, Decision, History, Promote, Scheduler, Start, check_int
 from .halving import SuccessiveHalving, check_schedule, s_max
 
-__all__ = ["Bracket", "Hyperband", "hyperband_brackets"]
+__all__ = [
+    "Bracket",
+    "Hyperband",
+    "assign_brackets",
+    "hyperband_brackets",
+    "weighted_round_robin",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,46 @@ def hyperband_brackets(R: int, eta: int, r_min: int = 1) -> tuple[Bracket, ...]:
     return tuple(
         Bracket(s, -(-(top + 1) * eta**s // (s + 1)), R // eta**s) for s in range(top, -1, -1)
     )
+
+
+def weighted_round_robin(weights: Sequence[int], n: int) -> tuple[int, ...]:
+    """The first ``n`` picks of a smooth weighted round robin over ``weights`` (indices).
+
+    Every index's credit grows by its weight; the index with the most credit is picked
+    (ties: the smaller index) and its credit drops by the total weight. The picks repeat
+    every ``sum(weights)``, each index ``weights[i]`` times per cycle, spread out rather
+    than in runs (``(3, 2, 1)`` gives ``0, 1, 0, 2, 1, 0``).
+    """
+    weights = [check_int("weights", w, 1) for w in weights]
+    n = check_int("n", n, 0)
+    if not weights:
+        raise InvalidParameterError("weights", "needs at least one weight, got none")
+    total = sum(weights)
+    credit = [0] * len(weights)
+    out = []
+    for _ in range(n):
+        for i, w in enumerate(weights):
+            credit[i] += w
+        pick = max(range(len(weights)), key=lambda i: (credit[i], -i))
+        credit[pick] -= total
+        out.append(pick)
+    return tuple(out)
+
+
+def assign_brackets(n_trials: int, R: int, eta: int, r_min: int = 1) -> tuple[int, ...]:
+    """The Hyperband bracket ``s`` of trials ``0 .. n_trials - 1``, for asynchronous Hyperband.
+
+    The brackets are :func:`hyperband_brackets`'s, and trials go to them by
+    :func:`weighted_round_robin` weighted by each bracket's ``n`` (most exploratory first):
+    every ``sum(n)`` trials hold bracket ``s`` exactly ``n_s`` times, as one round of Li
+    et al.'s Hyperband does, and a shorter run holds them in about those proportions.
+    (Optuna's ``HyperbandPruner`` uses the same weights with a hash of the study's name
+    and the trial number; this rule is deterministic.) For ``R = 9, eta = 3`` (``n = 9,
+    5, 3``) the first nine trials get ``s = 2, 1, 2, 0, 2, 1, 2, 0, 2``.
+    """
+    brackets = hyperband_brackets(R, eta, r_min)
+    picks = weighted_round_robin([b.n for b in brackets], n_trials)
+    return tuple(brackets[i].s for i in picks)
 
 
 class Hyperband(Scheduler):
