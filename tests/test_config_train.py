@@ -118,6 +118,12 @@ def test_the_other_spellings_of_model_loss_and_optimizer() -> None:
     )
     optimizer = trainer.optimizer_fn(torch.nn.Linear(2, 2).parameters())
     assert isinstance(optimizer, torch.optim.Adam) and trainer.average_every == 4
+    pinned = parse_config(dump(with_train(device="cpu", backend="gloo"))).train
+    assert pinned is not None
+    assert (pinned.trainer_kwargs()["device"], pinned.trainer_kwargs()["backend"]) == (
+        "cpu",
+        "gloo",
+    )
     assert parse_config(dump(with_train(optimizer="Adam"))).train is not None
 
 
@@ -180,6 +186,8 @@ def test_the_other_spellings_of_model_loss_and_optimizer() -> None:
         ({"timeout": "soon"}, "train.timeout", "expected seconds"),
         ({"model_name": " "}, "train.model_name", "non-empty"),
         ({"n_workrs": 2}, "train.n_workrs", "did you mean 'n_workers'"),
+        ({"device": "gpu"}, "train.device", "expected 'auto', 'cpu' or 'cuda'"),
+        ({"backend": "mpi"}, "train.backend", "expected 'auto', 'gloo' or 'nccl'"),
     ],
 )
 def test_a_bad_train_section_names_the_field(changes: dict[str, Any], path: str, text: str) -> None:

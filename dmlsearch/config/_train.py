@@ -280,6 +280,8 @@ class TrainSection(_Section):
     checkpoint_every: PosInt | None = 1
     elastic: StrictBool = False
     timeout: Seconds = 60.0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
     model_name: str | None = None
 
     @field_validator("model", "loss", "optimizer", mode="after")
@@ -336,6 +338,8 @@ class TrainSection(_Section):
             "checkpoint_every": self.checkpoint_every,
             "elastic": self.elastic,
             "timeout": self.timeout,
+            "device": self.device,
+            "backend": self.backend,
         }
 
     def outline(self) -> dict[str, Any]:
