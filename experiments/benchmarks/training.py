@@ -12,7 +12,11 @@ What is measured
     * ``allreduce``: ``DataParallelTrainer(sync="allreduce", n_workers=2,
       batch_size=global batch / 2)`` on a 2-worker single-thread LocalCluster (gradients averaged every
       step, DDP over gloo);
-    * ``average K=8``: the same with ``sync="average", average_every=8`` (local SGD).
+    * ``average K=8``: the same with ``sync="average", average_every=8`` (local SGD);
+    * ``torch DDP``: the users' alternative without Dask, what ``torchrun`` would start: 2
+      processes (``torch.multiprocessing``, spawned once per round), gloo on 127.0.0.1,
+      ``DistributedDataParallel`` with its default all-reduce, each rank on its contiguous
+      half of the rows with batch global / 2, 1 thread each.
 
     Reported per approach (median over the rounds): the fit's wall time (for the trainer:
     gang reservation, scatter of the shards, rendezvous and the ranks' epochs), epoch
@@ -30,12 +34,15 @@ Rerun
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import time
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from _common import local_cluster, median, print_footer, print_header, print_table, timer
 from distributed import Client
 
@@ -103,6 +110,79 @@ def run_plain(X: np.ndarray, y: np.ndarray, epochs: int) -> dict[str, Any]:
     }
 
 
+def _ddp_rank(
+    rank: int,
+    world: int,
+    port: int,
+    X: np.ndarray,
+    y: np.ndarray,
+    epochs: int,
+    batch: int,
+    out: Any,
+) -> None:
+    """One rank of plain torch DDP (spawned by :func:`run_torch_ddp`)."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(model_fn())
+        opt = optimizer_fn(model.parameters())
+        lo, hi = rank * len(X) // world, (rank + 1) * len(X) // world
+        Xt, yt = torch.from_numpy(X[lo:hi].copy()), torch.from_numpy(y[lo:hi].copy())
+        steps = (hi - lo) // batch
+        rng = np.random.default_rng([1, rank])
+        throughput, losses = [], []
+        for _ in range(epochs):
+            order = torch.from_numpy(rng.permutation(hi - lo))
+            started, total = time.perf_counter(), 0.0
+            for t in range(steps):
+                rows = order[t * batch : (t + 1) * batch]
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(Xt[rows]), yt[rows])
+                loss.backward()
+                opt.step()
+                total += float(loss.detach())
+            throughput.append(steps * batch * world / (time.perf_counter() - started))
+            mean = torch.tensor([total / steps])
+            dist.all_reduce(mean)
+            losses.append(float(mean) / world)
+        if rank == 0:
+            # As NumPy arrays: a tensor would travel as a shared-memory handle, which
+            # dies with this process before the driver reads it.
+            state = {k: v.detach().numpy().copy() for k, v in model.module.state_dict().items()}
+            out.put({"throughput": throughput, "loss": losses[-1], "state": state})
+    finally:
+        dist.destroy_process_group()
+
+
+def run_torch_ddp(X: np.ndarray, y: np.ndarray, epochs: int) -> dict[str, Any]:
+    """Plain torch DDP on 2 spawned processes, as torchrun would run it (no Dask)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    args = (2, port, X, y, epochs, GLOBAL_BATCH // 2, out)
+    procs = [ctx.Process(target=_ddp_rank, args=(r, *args)) for r in range(2)]
+    for p in procs:
+        p.start()
+    result = out.get(timeout=600)
+    for p in procs:
+        p.join(timeout=60)
+    model = model_fn()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in result["state"].items()})
+    later = result["throughput"][1:] or result["throughput"]
+    return {
+        "throughput": float(np.mean(later)),
+        "loss": result["loss"],
+        "accuracy": accuracy(model, X, y),
+        "sync_s": float("nan"),
+        "rounds": len(X) // 2 // (GLOBAL_BATCH // 2),
+    }
+
+
 def run_trainer(
     client: Client, X: np.ndarray, y: np.ndarray, epochs: int, **params: Any
 ) -> dict[str, Any]:
@@ -153,6 +233,7 @@ def main(argv: list[str]) -> None:
         "average K=8 (2 workers)": lambda c: run_trainer(
             c, X, y, args.epochs, sync="average", average_every=8
         ),
+        "torch DDP (2 processes, no Dask)": lambda c: run_torch_ddp(X, y, args.epochs),
     }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in approaches}
     with local_cluster(2) as client:

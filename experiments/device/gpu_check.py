@@ -204,6 +204,9 @@ def main() -> int:
     from dmlsearch.training import DataParallelTrainer
 
     has_gpu = torch.cuda.is_available()
+    print("command: python3 " + " ".join(sys.argv))
+    print(f"date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+    print(f"host: {platform.node()}, {platform.machine()}, {os.cpu_count()} logical CPUs")
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}"
     )
