@@ -133,11 +133,22 @@ def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
     return {"rank": rank, "history": history, "state": final}
 
 
+def _reset_group_names() -> None:
+    """Name this process's next default group as a fresh process names it."""
+    # torch names a default group after a per-process counter, raised before the
+    # rendezvous and reset only by destroy_process_group: after an init that failed (a
+    # peer lost at the rendezvous) the next job's ranks here would wait under another name
+    # than a restarted peer's, until their timeout.
+    if not dist.is_initialized():
+        dist.distributed_c10d._world.group_count = 0
+
+
 def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[str, Any]:
     """Train rank ``rank`` on its shard ``(X, y)``; rank 0 returns the final state's bytes."""
     # Dask's nanny sets OMP_NUM_THREADS=1; use the threads the worker was given.
     torch.set_num_threads(max(1, nthreads))
     torch.manual_seed(job.seed + rank)
+    _reset_group_names()
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://{job.host}:{job.port}",
