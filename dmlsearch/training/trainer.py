@@ -186,11 +186,15 @@ class DataParallelTrainer(BaseEstimator):
             )
         _check_name("model_name", self.model_name)
 
-    def _initial_model(self, seed: int, X: Any, y: Any) -> torch.nn.Module:
-        """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = self.model_fn()
+    def _initial_model(
+        self, seed: int, X: Any, y: Any, model: torch.nn.Module | None = None
+    ) -> torch.nn.Module:
+        """Build the model on the driver (seeded; or take ``model``) and try it on a batch,
+        before any rank runs."""
+        if model is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = self.model_fn()
         if not isinstance(model, torch.nn.Module):
             raise InvalidParameterError(
                 "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
@@ -216,24 +220,26 @@ class DataParallelTrainer(BaseEstimator):
         model.train()
         return model
 
-    def fit(self, X: Any, y: Any) -> DataParallelTrainer:
-        """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
+    def _prepare(
+        self, X: Any, y: Any, w: int, initial: torch.nn.Module | None = None
+    ) -> tuple[Any, Any, int, torch.nn.Module]:
+        """Everything checked on the driver for ``w`` ranks: the data, the seed, the model."""
         self._check_params()
-        w = int(self.n_workers)
         Xa, ya = check_data(X, y, w * int(self.batch_size))
         self.data_fingerprint_ = data_fingerprint(Xa, ya)
         self.signature_ = input_signature(Xa)
         seed = entropy_of(self.random_state) % (2**31 - 1)
-        model = self._initial_model(seed, Xa, ya)
+        model = self._initial_model(seed, Xa, ya, initial)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
+        return Xa, ya, seed, model
+
+    def fit(self, X: Any, y: Any) -> DataParallelTrainer:
+        """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
+        Xa, ya, seed, model = self._prepare(X, y, int(self.n_workers))
         with resolve_client(self.client) as client:
             results, start, k = self._train(client, Xa, ya, _Start(state_bytes(0, model)), seed)
-        model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
-        self.model_ = model
-        self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
-        self.n_workers_ = k
-        self.model_version_: ModelVersionRecord | None = None
+        self._fitted(model, results, start, k)
         if self.registry is not None:
             try:
                 self.register()
@@ -241,6 +247,32 @@ class DataParallelTrainer(BaseEstimator):
                 # A finished training is never lost to the registry: model_ is here.
                 warnings.warn(f"model_ was not registered: {exc}", UserWarning, stacklevel=2)
         return self
+
+    def fit_on_gang(
+        self, gang: Gang, X: Any, y: Any, *, initial: torch.nn.Module | None = None
+    ) -> DataParallelTrainer:
+        """Train on the workers of ``gang``, which the caller has reserved; returns self.
+
+        For a caller that holds a gang already (a ``SearchCV(workers_per_trial=k)`` trial):
+        one rank on each of ``gang.workers``, nothing reserved again; ``n_workers``,
+        ``client``, ``elastic`` and ``registry`` are not used. ``initial``: the module to
+        start from (trained in place, becomes ``model_``) instead of a seeded ``model_fn()``.
+        A rank that fails or whose worker leaves raises :class:`TrainingError`.
+        """
+        Xa, ya, seed, model = self._prepare(X, y, gang.size, initial)
+        start = _Start(state_bytes(0, model))
+        self._fitted(model, self._run(gang.client, gang, Xa, ya, start, seed), start, gang.size)
+        return self
+
+    def _fitted(
+        self, model: torch.nn.Module, results: list[dict[str, Any]], start: _Start, k: int
+    ) -> None:
+        """Set the fitted attributes from rank 0's final state and figures."""
+        model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
+        self.model_ = model
+        self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
+        self.n_workers_ = k
+        self.model_version_: ModelVersionRecord | None = None
 
     def register(self, name: str | None = None, registry: Any = None) -> ModelVersionRecord:
         """Register ``model_`` (its ``state_dict``) as the next version of ``name``.
