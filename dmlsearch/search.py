@@ -156,10 +156,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         one with :meth:`oof_predictions`; see docs/ensembles.md.
     workers_per_trial : int
         Workers each trial trains on at once. Above 1, each trial is a gang of that many
-        workers reserved together, trained with xgboost's Dask engine (the estimator must
-        be xgboost's ``XGBClassifier``/``XGBRegressor`` or an RF variant); a worker lost
-        mid-training fails that trial within seconds and the search goes on. See
-        docs/ensembles.md (Boosting on a gang).
+        workers reserved together, each CV fold trained on all of them: with xgboost's
+        Dask engine for xgboost's ``XGBClassifier``/``XGBRegressor`` (or an RF variant),
+        data-parallel (``DataParallelTrainer``'s ranks, ``trainer__sync``) for
+        ``dmlsearch.training.TorchClassifier``/``TorchRegressor``; other estimators are
+        refused. A worker lost mid-training fails that trial within seconds and the search
+        goes on. See docs/ensembles.md (Boosting on a gang) and docs/training.md
+        (Data-parallel trials).
 
     Attributes
     ----------

@@ -130,6 +130,25 @@ def test_a_rank_still_running_long_after_another_ended_is_stuck(three: Client) -
         assert gang.run(_uneven, [(0,), (0,)], finish_grace=10) == [0, 0]
 
 
+def _sleep_then_stamp(rank: int, path: str) -> None:
+    time.sleep(5.0 * rank)
+    with open(path, "w") as f:  # the workers share this machine's disk
+        f.write(repr(time.time()))
+
+
+def test_ranks_start_only_when_every_worker_has_a_thread_free(three: Client, tmp_path: Any) -> None:
+    stamp = tmp_path / "leftover-ended"
+    with reserve(three, 2, name="leftover") as gang:
+        with pytest.raises(GangError, match=r"still running 0\.5 s after"):
+            gang.run(_sleep_then_stamp, [(0, os.devnull), (1, str(stamp))], finish_grace=0.5)
+        # Rank 1 still sleeps on its one thread: a job waits for it, or gives up naming it.
+        with pytest.raises(GangError, match=f"worker {gang.workers[1]} .*no free thread"):
+            gang.run(_span, [("x", 0.0), ("x", 0.0)], start_timeout=0.5)
+        spans = gang.run(_span, [("y", 0.0), ("y", 0.0)])
+    # Rank 0's worker was free all along, yet it started with rank 1, after the leftover.
+    assert min(s["start"] for s in spans) >= float(stamp.read_text())
+
+
 def test_a_killed_rank_worker_fails_the_gang_fast_and_releases() -> None:
     cluster = local_cluster(2)
     try:

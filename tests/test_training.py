@@ -200,6 +200,36 @@ def test_shuffle_is_reproducible_with_random_state(
     assert a.history_[0]["loss"] != trainer(client).fit(*data).history_[0]["loss"]
 
 
+def _failed_rendezvous() -> int:
+    """A rank whose job's other ranks never come: its init fails (as when a peer is lost)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from dmlsearch.training._rank import free_port
+
+    with pytest.raises(Exception, match="timed out"):
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{free_port()}",  # nobody listens there
+            rank=1,
+            world_size=2,
+            timeout=timedelta(seconds=1),
+        )
+    count: int = dist.distributed_c10d._world.group_count
+    return count
+
+
+def test_a_failed_rendezvous_on_a_worker_does_not_spoil_its_next_job(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    first = sorted(client.scheduler_info()["workers"])[0]
+    # torch counted the failed group: a fresh peer would rendezvous under another name.
+    assert client.submit(_failed_rendezvous, workers=[first], pure=False).result() == 1
+    fitted = trainer(client, timeout=20.0).fit(*data)
+    assert_weights(fitted.model_, local_sgd(*data, epochs=2, every=None))
+
+
 @pytest.mark.parametrize(
     ("params", "error", "match"),
     [

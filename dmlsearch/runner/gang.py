@@ -8,7 +8,10 @@ cluster sees which workers a gang holds. A job that finds too few free workers w
 gang to end; one that asks for more workers than the cluster has fails at once.
 
 Each rank runs as one task pinned to its worker (``workers=[w]``,
-``allow_other_workers=False``, ``pure=False``). The driver watches the ranks: when one
+``allow_other_workers=False``, ``pure=False``), submitted once every worker has a thread
+free: a rank queued behind a task still running there (a cancelled rank of an earlier job,
+blocked in its collective until that times out) would make its peers' rendezvous time
+out. The driver watches the ranks: when one
 raises or its worker leaves the cluster, the other ranks are cancelled and
 :class:`~dmlsearch.exceptions.GangError` names the rank and the worker, within seconds,
 never after a collective's own timeout. A cancelled rank that is blocked in a collective
@@ -52,6 +55,12 @@ def alive_workers(client: Client, *, running: bool = True) -> dict[str, dict[str
         workers = client.scheduler_info().get("workers", {})
     allowed = ("running",) if running else ("running", "paused")
     return {a: w for a, w in workers.items() if w.get("status", "running") in allowed}
+
+
+def _free_threads(dask_worker: Any) -> int:
+    # ``executing`` keeps a cancelled task until its thread returns: Dask cannot stop it.
+    state = dask_worker.state
+    return int(state.nthreads) - len(state.executing)
 
 
 def _connected_clients(dask_scheduler: Any) -> list[str]:
@@ -138,17 +147,21 @@ class Gang:
         finish_grace: float | None = 60.0,
         on_tick: Callable[[], None] | None = None,
         poll: float = 1.0,
+        start_timeout: float | None = 120.0,
     ) -> list[Any]:
         """Run ``fn(*per_rank_args[r])`` as rank r on ``workers[r]``; the results by rank.
 
-        Raises :class:`GangError` when a rank raises, a rank's worker leaves the cluster
-        (checked every ``poll`` seconds), the ranks run past ``timeout`` seconds, or ranks
-        are still running ``finish_grace`` seconds after one ended (the ranks of a
-        collective job end together; one that does not is stuck); the other ranks are
-        cancelled first. ``on_tick`` is called after each check.
+        The ranks are submitted once every worker has a thread free, waited for up to
+        ``start_timeout`` seconds. Raises :class:`GangError` when that wait times out, a
+        rank raises, a rank's worker leaves the cluster (checked every ``poll`` seconds),
+        the ranks run past ``timeout`` seconds, or ranks are still running
+        ``finish_grace`` seconds after one ended (the ranks of a collective job end
+        together; one that does not is stuck); the other ranks are cancelled first.
+        ``on_tick`` is called after each check.
         """
         if len(per_rank_args) != self.size:
             raise ValueError(f"{self.size} ranks need {self.size} argument tuples")
+        self._wait_for_threads(start_timeout)
         # A fresh id per run: a key reused from a cancelled run would come back cancelled.
         prefix = f"{self.name}-{uuid.uuid4().hex[:12]}"
         futures = [
@@ -166,6 +179,35 @@ class Gang:
             return self._watch(futures, timeout, finish_grace, on_tick, poll)
         finally:
             self.client.cancel([f for f in futures if f.status != "finished"])
+
+    def _wait_for_threads(self, timeout: float | None) -> None:
+        """Return once every worker has a thread free; GangError after ``timeout`` s."""
+        ends = None if timeout is None else time.monotonic() + timeout
+        told = False
+        while True:
+            lost = self._lost(set(range(self.size)))
+            if lost is not None:
+                raise lost
+            try:
+                free = self.client.run(_free_threads, workers=self.workers, on_error="return")
+            except Exception:  # a worker leaving in between: _lost names it next time
+                free = {}
+            busy = [w for w in self.workers if not (isinstance(free.get(w), int) and free[w] > 0)]
+            if not busy:
+                return
+            if ends is not None and time.monotonic() > ends:
+                r = self.workers.index(busy[0])
+                raise GangError(
+                    f"{self.name}: worker {busy[0]} (rank {r}) has had no free thread for "
+                    f"{timeout} s (start_timeout): a task still runs there, perhaps a rank of "
+                    "an earlier job blocked in its collective; no rank was started",
+                    worker=busy[0],
+                    rank=r,
+                )
+            if not told:
+                logger.info("dmlsearch: %s waits for a free thread on %s", self.name, busy)
+                told = True
+            time.sleep(0.2)
 
     def _watch(
         self,

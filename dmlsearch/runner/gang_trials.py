@@ -1,15 +1,23 @@
-"""Search trials that each train on k workers at once: xgboost's Dask engine on a gang.
+"""Search trials that each train on k workers at once: xgboost's Dask engine, or torch
+data-parallel, on a gang.
 
 ``SearchCV(workers_per_trial=k)`` with k > 1 runs each trial as a gang (see
 :mod:`dmlsearch.runner.gang`): k workers reserved together, so two trials never deadlock
-each holding half of them. Each CV fold's training rows are split into k contiguous,
-non-empty parts, one scattered to each gang worker, and trained with xgboost's own Dask
-estimator (``xgboost.dask.DaskXGBClassifier`` and friends); the booster comes back to the
-driver as the matching scikit-learn estimator, which is scored there with the search's
-scorer. Trials run ``n_workers // k`` at a time, each driven by a thread of the driver.
+each holding half of them. Each CV fold is trained on the trial's gang and the fitted
+model comes back to the driver as the search's own kind of estimator, scored there with
+the search's scorer. Trials run ``n_workers // k`` at a time, each driven by a thread of
+the driver. Two kinds of estimator train so:
 
-xgboost's collective hangs when a worker leaves mid-training; here the driver watches the
-gang: a lost worker ends the trial within seconds, recorded ``failed`` with
+* xgboost's ``XGBClassifier`` and friends: the fold's training rows are split into k
+  contiguous, non-empty parts, one scattered to each gang worker, and trained with
+  xgboost's own Dask estimator (``xgboost.dask.DaskXGBClassifier``...); the booster comes
+  back as the matching scikit-learn estimator;
+* ``dmlsearch.training.TorchClassifier`` / ``TorchRegressor``: the fold is trained by
+  :class:`~dmlsearch.training.DataParallelTrainer`'s ranks, one on each gang worker
+  (:mod:`dmlsearch.training._gang_fold`); the weights come back into a fitted estimator.
+
+A collective hangs when a worker leaves mid-training; here the driver watches the gang: a
+lost worker ends the trial within seconds, recorded ``failed`` with
 :class:`~dmlsearch.exceptions.GangWorkerLostError` naming the worker, and the search goes
 on. The collective's own timeout (``collective_timeout``) frees the surviving ranks.
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -40,7 +49,7 @@ from .loop import RunStats
 from .trials import StrategySource, TrialKind
 from .units import DONE, WAIT, Unit, UnitPolicy
 
-__all__ = ["GangTrialRunner", "check_workers_per_trial", "dask_twin"]
+__all__ = ["GangTrialRunner", "check_workers_per_trial", "dask_twin", "is_torch_estimator"]
 
 #: Seconds a fold's training may go on after a gang worker left before it is given up.
 LOSS_GRACE = 5.0
@@ -73,18 +82,30 @@ def dask_twin(estimator: Any) -> type | None:
     return None
 
 
+def is_torch_estimator(estimator: Any) -> bool:
+    """Whether ``estimator`` is a ``TorchClassifier``/``TorchRegressor`` (imports nothing)."""
+    # One exists only once its module was imported: torch is never imported to answer.
+    module = sys.modules.get("dmlsearch.training.estimators")
+    return module is not None and isinstance(estimator, module._TorchEstimator)
+
+
 def check_workers_per_trial(workers_per_trial: Any, estimator: Any) -> int:
     """``workers_per_trial`` as an int, or InvalidParameterError saying what to change."""
     k = workers_per_trial
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InvalidParameterError("workers_per_trial", f"must be an int >= 1, got {k!r}")
-    if k > 1 and dask_twin(estimator) is None:
+    if k > 1 and is_torch_estimator(estimator):
+        from ..training._gang_fold import check_estimator
+
+        check_estimator(estimator, int(k))
+    elif k > 1 and dask_twin(estimator) is None:
         raise InvalidParameterError(
             "workers_per_trial",
-            f"workers_per_trial={k} trains each trial on {k} workers with xgboost's Dask "
-            "engine: the estimator must be xgboost's XGBClassifier, XGBRegressor, "
-            f"XGBRFClassifier or XGBRFRegressor, got {type(estimator).__name__}. Use "
-            "workers_per_trial=1 for any other estimator",
+            f"workers_per_trial={k} trains each trial on {k} workers: the estimator must be "
+            "xgboost's XGBClassifier, XGBRegressor, XGBRFClassifier or XGBRFRegressor "
+            "(trained with xgboost's Dask engine) or dmlsearch.training's TorchClassifier "
+            f"or TorchRegressor (trained data-parallel), got {type(estimator).__name__}. "
+            "Use workers_per_trial=1 for any other estimator",
         )
     return int(k)
 
@@ -156,14 +177,14 @@ def _lost_error(gang: Gang, worker: str) -> GangWorkerLostError:
     rank = gang.workers.index(worker)
     return GangWorkerLostError(
         f"{gang.name}: worker {worker} (rank {rank} of {gang.size}) left the cluster during "
-        "xgboost.dask training; the trial was given up",
+        "training; the trial was given up",
         worker=worker,
         rank=rank,
     )
 
 
 class GangTrialRunner:
-    """Runs a search's trials as gangs of ``workers_per_trial`` workers (xgboost.dask).
+    """Runs a search's trials as gangs of ``workers_per_trial`` workers.
 
     The same front as :class:`~dmlsearch.runner.DaskRunner` (``run`` and ``stats``), fed
     by the same :class:`~dmlsearch.runner.trials.StrategySource`: trials are numbered,
@@ -215,6 +236,10 @@ class GangTrialRunner:
                 "fit_params",
                 f"workers_per_trial > 1 takes no fit parameters, got {sorted(data.fit_params)}",
             )
+        if is_torch_estimator(context.estimator):
+            from ..training._gang_fold import check_X
+
+            check_X(data.X)
         source = StrategySource(
             strategy,
             seed,
@@ -298,15 +323,40 @@ class GangTrialRunner:
                 )
             time.sleep(0.2)
 
+    def _fold_fitter(self, gang: Gang, estimator: Any, spec: TrialSpec) -> Callable[..., Any]:
+        """``fit(X_train, y_train)``: one fold trained on the gang, fitted on the driver."""
+        if is_torch_estimator(estimator):
+            from ..training._gang_fold import fit_fold
+
+            # A random_state=None net draws from this as a one-worker trial draws from
+            # NumPy's global generator, which run_trial seeds with the trial's seed.
+            draws = np.random.RandomState(spec.seed % (2**32))
+
+            def fit_torch(X: Any, y: Any) -> Any:
+                net = clone(estimator)
+                return fit_fold(gang, net, X, y, draws, float(self.collective_timeout))
+
+            return fit_torch
+        return functools.partial(self._fit_xgboost, gang, estimator)
+
+    def _fit_xgboost(self, gang: Gang, estimator: Any, X: Any, y: Any) -> Any:
+        from xgboost.collective import Config
+
+        twin = dask_twin(estimator)
+        assert twin is not None
+        model = twin(**estimator.get_params())
+        model.coll_cfg = Config(timeout=int(self.collective_timeout))
+        model.client = self.client
+        Xd, yd = _parts(self.client, gang.workers, X, y)
+        _fit(self.client, model, Xd, yd)
+        return _to_local(model, type(estimator))
+
     def _folds(
         self, gang: Gang, spec: TrialSpec, data: SearchData, context: EvalContext
     ) -> TrialOutcome:
-        from xgboost.collective import Config
-
         started = time.time()
         estimator = clone(context.estimator).set_params(**clone(spec.params, safe=False))
-        twin = dask_twin(estimator)
-        assert twin is not None
+        fit = self._fold_fitter(gang, estimator, spec)
         test_scores: list[dict[str, float]] = []
         train_scores: list[dict[str, float]] | None = [] if context.return_train_score else None
         fit_times: list[float] = []
@@ -321,12 +371,7 @@ class GangTrialRunner:
                     "workers of a trial: every worker needs rows",
                 )
             t0 = time.perf_counter()
-            model = twin(**estimator.get_params())
-            model.coll_cfg = Config(timeout=int(self.collective_timeout))
-            model.client = self.client
-            Xd, yd = _parts(self.client, gang.workers, X_train, y_train)
-            _guarded(gang, functools.partial(_fit, self.client, model, Xd, yd))
-            fitted = _to_local(model, type(estimator))
+            fitted = _guarded(gang, functools.partial(fit, X_train, y_train))
             fit_times.append(time.perf_counter() - t0)
             t1 = time.perf_counter()
             test_scores.append(_score(context.scorer, fitted, X_test, y_test, context.multimetric))

@@ -67,11 +67,15 @@ def check_params(trainer: Any) -> None:
     check_device_params(trainer.device, trainer.backend)
 
 
-def initial_model(trainer: Any, seed: int, X: Any, y: Any) -> torch.nn.Module:
-    """Build the model on the driver (seeded) and try it on a batch, before any rank runs."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = trainer.model_fn()
+def initial_model(
+    trainer: Any, seed: int, X: Any, y: Any, model: torch.nn.Module | None = None
+) -> torch.nn.Module:
+    """Build the model on the driver (seeded; or take ``model``) and try it on a batch,
+    before any rank runs."""
+    if model is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = trainer.model_fn()
     if not isinstance(model, torch.nn.Module):
         raise InvalidParameterError(
             "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"

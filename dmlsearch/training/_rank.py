@@ -187,6 +187,16 @@ def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
     return {"rank": rank, "history": history, "state": final}
 
 
+def _reset_group_names() -> None:
+    """Name this process's next default group as a fresh process names it."""
+    # torch names a default group after a per-process counter, raised before the
+    # rendezvous and reset only by destroy_process_group: after an init that failed (a
+    # peer lost at the rendezvous) the next job's ranks here would wait under another name
+    # than a restarted peer's, until their timeout.
+    if not dist.is_initialized():
+        dist.distributed_c10d._world.group_count = 0
+
+
 def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[str, Any]:
     """Train rank ``rank`` on its shard ``(X, y)``; rank 0 returns the final state's bytes."""
     # Dask's nanny sets OMP_NUM_THREADS=1; use the threads the worker was given.
@@ -200,6 +210,7 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         # when the process group is made; a user's own setting is kept).
         os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
         options["device_id"] = device
+    _reset_group_names()
     dist.init_process_group(
         job.backend,
         init_method=f"tcp://{job.host}:{job.port}",

@@ -19,28 +19,34 @@ model can be the estimator of a ``SearchCV`` trial like any other:
   ``max_epochs``/``batch_size``/``lr``;
 * ``get_params(deep=True)`` also lists the keyword parameters of the module's,
   optimizer's and criterion's constructors (``module__hidden``, ``optimizer__weight_decay``)
-  so that a search space can name them without passing them first.
+  so that a search space can name them without passing them first;
+* ``trainer__sync``, ``trainer__average_every``, ``trainer__staleness``: how a
+  ``SearchCV(workers_per_trial=k)`` trial keeps its k ranks in step (see
+  :class:`~dmlsearch.training.DataParallelTrainer`; unused by a one-process fit).
 """
 
 from __future__ import annotations
 
 import inspect
 import numbers
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle  # type: ignore[import-untyped]
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
-from skorch import NeuralNetClassifier, NeuralNetRegressor
+from skorch import NeuralNet, NeuralNetClassifier, NeuralNetRegressor
 from skorch.utils import is_dataset
 
 from ..exceptions import InvalidParameterError
+from .trainer import SYNCS
 
 __all__ = ["TorchClassifier", "TorchRegressor"]
 
 #: Defaults these estimators give skorch's ``**kwargs`` unless the caller sets them.
 _DEFAULT_KWARGS: dict[str, Any] = {"iterator_train__shuffle": True}
+#: The options of a data-parallel trial (``trainer__<name>``), with their defaults.
+TRAINER_DEFAULTS: dict[str, Any] = {"sync": "allreduce", "average_every": 1, "staleness": None}
 #: Constructor arguments never listed as ``<prefix>__<name>`` (set otherwise, or by skorch).
 _NOT_LISTED = {"self", "params", "lr"}
 
@@ -94,6 +100,9 @@ def _seed(base: int, epoch: int) -> int:
 
 class _TorchEstimator:
     """What both estimators share (a mixin ahead of skorch's classes)."""
+
+    # ``trainer__*`` parameters are accepted, listed and cloned as skorch's prefixed ones.
+    prefixes_: ClassVar[list[str]] = [*NeuralNet.prefixes_, "trainer"]
 
     # Set by skorch or the subclasses; declared for the type checker.
     module: Any
@@ -171,6 +180,32 @@ class _TorchEstimator:
                 f"expected None, an int in [0, 2**32), a numpy RandomState or Generator, "
                 f"got {rs!r}",
             )
+        self.trainer_options()
+
+    def trainer_options(self) -> dict[str, Any]:
+        """The ``trainer__*`` options with their defaults; InvalidParameterError if bad."""
+        given: dict[str, Any] = self.get_params_for("trainer")  # type: ignore[attr-defined]
+        unknown = sorted(set(given) - set(TRAINER_DEFAULTS))
+        if unknown:
+            known = ", ".join(f"trainer__{k}" for k in TRAINER_DEFAULTS)
+            raise InvalidParameterError(
+                f"trainer__{unknown[0]}", f"unknown data-parallel option (known: {known})"
+            )
+        options = {**TRAINER_DEFAULTS, **given}
+        if options["sync"] not in SYNCS:
+            raise InvalidParameterError(
+                "trainer__sync", f"expected one of {', '.join(SYNCS)}, got {options['sync']!r}"
+            )
+        every, staleness = options["average_every"], options["staleness"]
+        if not (_is_int(every) and int(every) >= 1):
+            raise InvalidParameterError(
+                "trainer__average_every", f"expected an int >= 1, got {every!r}"
+            )
+        if staleness is not None and not (_is_int(staleness) and int(staleness) >= 0):
+            raise InvalidParameterError(
+                "trainer__staleness", f"expected an int >= 0 or None, got {staleness!r}"
+            )
+        return options
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -180,6 +215,8 @@ class _TorchEstimator:
             for prefix in ("module", "optimizer", "criterion"):
                 for name, default in _keyword_defaults(params.get(prefix)).items():
                     params.setdefault(f"{prefix}__{name}", default)
+            for name, default in TRAINER_DEFAULTS.items():
+                params.setdefault(f"trainer__{name}", default)
         return params
 
     def __getstate__(self) -> dict[str, Any]:
@@ -203,11 +240,20 @@ class _TorchEstimator:
     def initialize(self) -> Any:
         """Initialise skorch's components, the module's weights drawn from ``random_state``."""
         self._check_params()
-        seed = self._draw_seed()
+        return self._initialize_seeded(self._draw_seed())
+
+    def _initialize_seeded(self, seed: int) -> Any:
+        """Initialise with ``seed`` as the drawn seed (a data-parallel trial draws its own)."""
         self.seed_ = seed
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_seed(seed, 0))
             return super().initialize()  # type: ignore[misc]
+
+    def initialize_virtual_params(self) -> None:
+        super().initialize_virtual_params()  # type: ignore[misc]
+        # trainer__* touch no torch component: a fitted net takes them as plain attributes
+        # (skorch would look for a component to re-initialise and fail).
+        self._register_virtual_param("trainer__*")  # type: ignore[attr-defined]
 
     def initialize_module(self) -> Any:
         try:

@@ -164,17 +164,23 @@ class DataParallelTrainer(BaseEstimator):
         state["registry"] = None
         return state
 
-    def fit(self, X: Any, y: Any) -> DataParallelTrainer:
-        """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
+    def _prepare(
+        self, X: Any, y: Any, w: int, initial: torch.nn.Module | None = None
+    ) -> tuple[Any, Any, int, torch.nn.Module]:
+        """Everything checked on the driver for ``w`` ranks: the data, the seed, the model."""
         check_params(self)
-        w = int(self.n_workers)
         Xa, ya = check_data(X, y, w * int(self.batch_size))
         self.data_fingerprint_ = data_fingerprint(Xa, ya)
         self.signature_ = input_signature(Xa)
         seed = entropy_of(self.random_state) % (2**31 - 1)
-        model = initial_model(self, seed, Xa, ya)
+        model = initial_model(self, seed, Xa, ya, initial)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
+        return Xa, ya, seed, model
+
+    def fit(self, X: Any, y: Any) -> DataParallelTrainer:
+        """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
+        Xa, ya, seed, model = self._prepare(X, y, int(self.n_workers))
         self.experiment_id_: int | None = None
         record: JobRecord | None = None
         with resolve_client(self.client) as client:
@@ -186,11 +192,7 @@ class DataParallelTrainer(BaseEstimator):
                 )
                 self.experiment_id_ = record.id
             results, start, k = self._watched(client, Xa, ya, model, seed, record)
-        model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
-        self.model_ = model
-        self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
-        self.n_workers_ = k
-        self.model_version_: ModelVersionRecord | None = None
+        self._fitted(model, results, start, k)
         if self.registry is not None:
             try:
                 self.register()
@@ -200,6 +202,36 @@ class DataParallelTrainer(BaseEstimator):
         if record is not None:
             record.close("complete")
         return self
+
+    def fit_on_gang(
+        self, gang: Gang, X: Any, y: Any, *, initial: torch.nn.Module | None = None
+    ) -> DataParallelTrainer:
+        """Train on the workers of ``gang``, which the caller has reserved; returns self.
+
+        For a caller that holds a gang already (a ``SearchCV(workers_per_trial=k)`` trial):
+        one rank on each of ``gang.workers``, nothing reserved again; ``n_workers``,
+        ``client``, ``elastic``, ``registry`` and ``experiment_name`` are not used, and no
+        job is shown on the dashboard (the search shows its trials). ``initial``: the
+        module to start from (trained in place, becomes ``model_``) instead of a seeded
+        ``model_fn()``. A rank that fails or whose worker leaves raises
+        :class:`TrainingError`.
+        """
+        Xa, ya, seed, model = self._prepare(X, y, gang.size, initial)
+        start = _Start(state_bytes(0, model))
+        silent = JobWatch(gang.client, None)
+        results = self._run(gang.client, gang, Xa, ya, start, seed, silent)
+        self._fitted(model, results, start, gang.size)
+        return self
+
+    def _fitted(
+        self, model: torch.nn.Module, results: list[dict[str, Any]], start: _Start, k: int
+    ) -> None:
+        """Set the fitted attributes from rank 0's final state and figures."""
+        model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
+        self.model_ = model
+        self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
+        self.n_workers_ = k
+        self.model_version_: ModelVersionRecord | None = None
 
     def _watched(
         self, client: Client, X: Any, y: Any, model: torch.nn.Module, seed: int, record: Any

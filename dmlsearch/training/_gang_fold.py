@@ -1,0 +1,187 @@
+"""One CV fold of a data-parallel ``SearchCV`` trial: a torch estimator trained on a gang.
+
+``SearchCV(TorchClassifier(...), workers_per_trial=k)`` (:mod:`dmlsearch.runner.gang_trials`)
+fits each fold here. The estimator is initialised on the driver as a one-process fit
+initialises it (the same seed, so the same initial weights; labels encoded the same way);
+its module, criterion and optimizer become a :class:`DataParallelTrainer`'s ``model_fn``,
+``loss_fn`` and ``optimizer_fn``, ``max_epochs`` its ``epochs``, and the trainer runs one
+rank on each worker of the trial's gang with a per-rank batch of ``batch_size // k`` (the
+global batch stays ``batch_size``). The trained weights go back into the estimator's
+``module_``: a fitted estimator that predicts as one fitted in one process does.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from skorch import NeuralNetClassifier
+from skorch.dataset import Dataset
+
+from ..exceptions import GangWorkerLostError, InvalidParameterError, TrainingError
+from ..runner.gang import Gang
+from .estimators import _float32
+from .trainer import DataParallelTrainer
+
+__all__ = ["check_X", "check_estimator", "fit_fold"]
+
+#: Building a module seeds torch's global generator: one trial thread of the driver at a time.
+_INIT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Build:
+    """``model_fn``: the estimator's module built as skorch builds it (weights come after)."""
+
+    module: Any
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> torch.nn.Module:
+        if isinstance(self.module, torch.nn.Module):
+            return type(self.module)(**self.kwargs) if self.kwargs else copy.deepcopy(self.module)
+        built: torch.nn.Module = self.module(**self.kwargs)
+        return built
+
+
+@dataclass(frozen=True)
+class _Loss:
+    """``loss_fn``: the estimator's criterion, as skorch's ``get_loss`` applies it."""
+
+    criterion: Any
+    log: bool  # skorch's classifier feeds NLLLoss the log of the module's probabilities
+
+    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.log:
+            output = torch.log(output + torch.finfo(output.dtype).eps)
+        loss: torch.Tensor = self.criterion(output, target)
+        return loss
+
+
+@dataclass(frozen=True)
+class _Optimizer:
+    """``optimizer_fn``: the estimator's optimizer with ``lr`` and ``optimizer__*``."""
+
+    cls: Any
+    kwargs: dict[str, Any]
+
+    def __call__(self, params: Any) -> torch.optim.Optimizer:
+        optimizer: torch.optim.Optimizer = self.cls(params, **self.kwargs)
+        return optimizer
+
+
+def _unused(net: Any) -> list[tuple[str, Any]]:
+    """The estimator's settings a data-parallel fold would silently ignore."""
+    found = []
+    if net.callbacks not in (None, "disable") and len(net.callbacks):
+        found.append(("callbacks", net.callbacks))
+    if net.train_split is not None:
+        found.append(("train_split", net.train_split))
+    if net.device not in ("cpu", None):
+        found.append(("device", net.device))
+    if net.compile:
+        found.append(("compile", net.compile))
+    if net.dataset is not Dataset:
+        found.append(("dataset", net.dataset))
+    for key, value in net.get_params(deep=False).items():
+        loader = key.startswith("iterator_train__") and key != "iterator_train__shuffle"
+        if loader or key.startswith("dataset__") or key == "optimizer__param_groups":
+            found.append((key, value))
+    return found
+
+
+def check_estimator(net: Any, k: int) -> None:
+    """InvalidParameterError unless ``net`` can be trained on a gang of ``k`` workers."""
+    net._check_params()
+    b = net.batch_size
+    if int(b) < k:
+        raise InvalidParameterError(
+            "batch_size",
+            f"batch_size={b} cannot be split over workers_per_trial={k} ranks: each rank "
+            f"trains on batch_size // {k} rows a step; use batch_size >= {k} (a multiple of "
+            f"{k} keeps the global batch exact) or workers_per_trial=1",
+        )
+    unused = _unused(net)
+    if unused:
+        name, value = unused[0]
+        raise InvalidParameterError(
+            name,
+            f"{name}={value!r} is not used by a data-parallel trial (workers_per_trial={k}): "
+            "its ranks run their own epoch loop over NumPy rows on CPU, without skorch's "
+            "callbacks, validation split or data loader; drop it or use workers_per_trial=1",
+        )
+
+
+def check_X(X: Any) -> np.ndarray:
+    """``X`` as the float32 array a rank trains on, or InvalidParameterError."""
+    array = _float32(X)
+    if isinstance(array, torch.Tensor):
+        array = array.cpu().numpy()
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.ndim < 2:
+        raise InvalidParameterError(
+            "X",
+            "a data-parallel trial (workers_per_trial > 1) trains on a dense numeric array "
+            f"(NumPy, pandas, a tensor) with one row per sample, got {type(X).__name__}; "
+            "densify it or use workers_per_trial=1",
+        )
+    return array
+
+
+def _trainer(net: Any, k: int, seed: int, timeout: float) -> DataParallelTrainer:
+    options = net.trainer_options()
+    nll = isinstance(net.criterion_, torch.nn.NLLLoss)
+    _, optimizer_kwargs = net.get_params_for_optimizer("optimizer", [])
+    return DataParallelTrainer(
+        _Build(net.module, net.get_params_for("module")),
+        _Loss(net.criterion_, isinstance(net, NeuralNetClassifier) and nll),
+        _Optimizer(net.optimizer, optimizer_kwargs),
+        epochs=int(net.max_epochs),
+        batch_size=int(net.batch_size) // k,
+        sync=options["sync"],
+        average_every=int(options["average_every"]),
+        staleness=options["staleness"],
+        shuffle=bool(net.get_params_for("iterator_train").get("shuffle", False)),
+        random_state=seed,
+        checkpoint_every=None,
+        timeout=timeout,
+        device="cpu",  # the estimator's own device must be "cpu" here (checked)
+    )
+
+
+def fit_fold(
+    gang: Gang, net: Any, X: Any, y: Any, draws: np.random.RandomState, timeout: float
+) -> Any:
+    """Fit the unfitted ``net`` on ``(X, y)`` data-parallel on ``gang``; returns it fitted.
+
+    ``draws``: the trial's generator, drawn from for a ``random_state=None`` net as a
+    one-process trial draws from NumPy's global one (which the search seeds per trial).
+    A worker lost mid-training raises :class:`GangWorkerLostError` naming it.
+    """
+    check_estimator(net, gang.size)
+    Xf = check_X(X)
+    if len(Xf) < int(net.batch_size):
+        raise InvalidParameterError(
+            "batch_size",
+            f"a fold has {len(Xf)} training rows, fewer than batch_size={net.batch_size} "
+            "(the global batch of a data-parallel trial): lower batch_size",
+        )
+    seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
+    with _INIT_LOCK:
+        net._initialize_seeded(seed)
+    target = net._target(Xf, y)
+    trainer = _trainer(net, gang.size, seed, timeout)
+    try:
+        trainer.fit_on_gang(gang, Xf, target, initial=net.module_)
+    except TrainingError as exc:
+        if isinstance(exc.__cause__, GangWorkerLostError):
+            raise exc.__cause__ from None
+        raise
+    for entry in trainer.history_:  # skorch's per-epoch history, as a one-process fit has it
+        net.history.new_epoch()
+        net.history.record("epoch", entry["epoch"])
+        net.history.record("train_loss", entry["loss"])
+        net.history.record("dur", entry["seconds"])
+    return net
