@@ -606,7 +606,8 @@ def resume(
 @app.command("list")
 @_handled
 def list_(registry: RegistryOpt = None, json_: JsonOpt = False) -> None:
-    """List the experiments. Id, name, status, created, trials, best value."""
+    """List the experiments. Id, name, kind (search, optimize, train), status, created,
+    trials, best value."""
     with _open_registry(registry) as reg:
         frame = reg.experiments()
     if json_:

@@ -252,8 +252,8 @@ def test_a_training_job_runs_is_shown_and_listed(in_tmp: Path, client: Client) -
     ]
     human = invoke("show", "mlp-blobs").stdout
     assert "training job of Sequential, 4 epochs on 2 workers, sync allreduce" in human
-    assert [(e["name"], e["status"], e["trials"]) for e in ok_json("list")] == [
-        ("mlp-blobs", "complete", 0)
+    assert [(e["name"], e["kind"], e["status"], e["trials"]) for e in ok_json("list")] == [
+        ("mlp-blobs", "train", "complete", 0)
     ]
     with Registry(f"sqlite:///{in_tmp / 'dmlsearch.db'}") as registry:
         version = registry.model_version("mlp-blobs")

@@ -254,7 +254,8 @@ class Registry:
         return {"experiment": exp.name, "id": exp.id, "trials": n_trials, "artifacts": removed}
 
     def experiments(self) -> pd.DataFrame:
-        """One row per experiment: id, name, status, created, number of trials, best value."""
+        """One row per experiment: id, name, kind (``search``, ``optimize`` or ``train``),
+        status, created, number of trials, best value."""
         import pandas as pd
 
         summaries = self.store.experiment_summaries()
@@ -265,13 +266,15 @@ class Registry:
                 {
                     "id": exp.id,
                     "name": exp.name,
+                    # A search's config has no kind; optimize and training jobs say theirs.
+                    "kind": str((exp.config or {}).get("kind", "search")),
                     "status": exp.status,
                     "created": pd.Timestamp(exp.created, unit="s", tz="UTC"),
                     "trials": n_trials,
                     "best_value": best,
                 }
             )
-        columns = ["id", "name", "status", "created", "trials", "best_value"]
+        columns = ["id", "name", "kind", "status", "created", "trials", "best_value"]
         return pd.DataFrame(rows, columns=columns)
 
     def trials(
