@@ -161,12 +161,16 @@ def _listening(root: psutil.Process) -> set[tuple[int, str, int]]:
 def test_embedded_cluster_listens_only_on_loopback(data: Any) -> None:
     X, y = data
     me = psutil.Process()
+    # Only what this search's embedded cluster opens: other tests' clusters (the shared
+    # one's workers, say) and sockets open before it are not its doing.
+    earlier = {p.pid for p in me.children(recursive=True)}
+    open_before = _listening(me)
     seen: set[tuple[int, str, int]] = set()
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(0.1):
-            seen.update(_listening(me))
+            seen.update(s for s in _listening(me) if s[0] not in earlier and s not in open_before)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

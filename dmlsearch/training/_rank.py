@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import os
 import time
@@ -224,4 +225,8 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         # the process group still exists (freeing DDP after it was destroyed has hung).
         return _train(job, rank, X, y)
     finally:
+        # DDP and its comm hook's state refer to each other: only the cycle collector
+        # frees them, and until it does they keep the process group, its store (listening
+        # on every interface) and gloo's sockets open in this worker after the job.
+        gc.collect()
         dist.destroy_process_group()

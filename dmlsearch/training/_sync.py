@@ -21,13 +21,34 @@ from torch.nn.parallel import DistributedDataParallel
 __all__ = ["Averaging", "GradientAllReduce", "make_sync", "settle"]
 
 
+class _Counters:
+    """Seconds spent in collectives and how many rounds ran.
+
+    Apart from the sync object so that DDP's comm hook can hold it: the reducer keeps its
+    hook's state from C++, where the cycle collector cannot see it, so a state that
+    referred back to the DDP module would keep the module, its process group, the store
+    (listening on every interface) and gloo's sockets alive in the worker for good.
+    """
+
+    def __init__(self) -> None:
+        self.sync_seconds = 0.0
+        self.rounds = 0
+
+
 class _Sync:
     """Shared bookkeeping: seconds spent in collectives and how many rounds ran."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.sync_seconds = 0.0
-        self.rounds = 0
+        self.counters = _Counters()
+
+    @property
+    def sync_seconds(self) -> float:
+        return self.counters.sync_seconds
+
+    @property
+    def rounds(self) -> int:
+        return self.counters.rounds
 
     @property
     def module(self) -> torch.nn.Module:
@@ -48,7 +69,7 @@ def settle(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_allreduce(sync: GradientAllReduce, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
+def _timed_allreduce(sync: _Counters, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
     # Synchronous on purpose: the time is exactly the collective's, and gloo on CPU
     # shares its cores with the backward pass anyway.
     started = time.perf_counter()
@@ -76,7 +97,7 @@ class GradientAllReduce(_Sync):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model)
         self.ddp = DistributedDataParallel(model)
-        self.ddp.register_comm_hook(self, _timed_allreduce)
+        self.ddp.register_comm_hook(self.counters, _timed_allreduce)
 
     @property
     def module(self) -> torch.nn.Module:
@@ -105,8 +126,8 @@ class Averaging(_Sync):
             t.copy_(flat[offset : offset + n].view_as(t))
             offset += n
         settle(flat.device)
-        self.sync_seconds += time.perf_counter() - started
-        self.rounds += 1
+        self.counters.sync_seconds += time.perf_counter() - started
+        self.counters.rounds += 1
 
     def after_step(self, step: int) -> None:
         if (step + 1) % self.every == 0:
