@@ -23,7 +23,7 @@ from sklearn.exceptions import NotFittedError
 from dmlsearch._recording import data_fingerprint
 from dmlsearch.exceptions import InvalidParameterError, NotSupportedError, TrainingError
 from dmlsearch.registry import Registry
-from dmlsearch.runner.gang import METADATA_KEY
+from dmlsearch.runner.gang import METADATA_KEY, alive_workers
 from dmlsearch.testing import local_cluster
 from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
 from dmlsearch.training import DataParallelTrainer
@@ -407,12 +407,13 @@ def test_register_needs_a_fitted_trainer_and_a_registry(
 
 
 class Killer(threading.Thread):
-    """Kills one worker of ``client`` (SIGKILL) once ``trainer`` has its first checkpoint."""
+    """Kills one worker of ``client`` (SIGKILL) once ``trainer`` has its first checkpoint:
+    the one of rank ``rank`` (a gang takes the workers in sorted order)."""
 
-    def __init__(self, client: Client, trainer: DataParallelTrainer) -> None:
+    def __init__(self, client: Client, trainer: DataParallelTrainer, rank: int = 1) -> None:
         super().__init__()
         self.trainer = trainer
-        self.victim = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+        self.victim = sorted(alive_workers(client, running=False))[rank]
         self.pid = client.run(_pid, workers=[self.victim])[self.victim]
         self.killed = float("nan")
 
@@ -424,12 +425,22 @@ class Killer(threading.Thread):
         self.killed = time.monotonic()
 
 
-def test_a_killed_rank_worker_ends_fit_fast_naming_it(data: tuple[np.ndarray, np.ndarray]) -> None:
+@pytest.mark.parametrize(
+    ("sync", "rank"),
+    [("allreduce", 1), ("ssp", 1), ("ssp", 0)],
+    ids=["allreduce", "ssp-rank-1", "ssp-server-host"],
+)
+def test_a_killed_rank_worker_ends_fit_fast_naming_it(
+    data: tuple[np.ndarray, np.ndarray], sync: str, rank: int
+) -> None:
+    # With "ssp", rank 0's worker also hosts the parameter server (an actor). A staleness
+    # bound makes the first checkpoint (rank 0's first epoch) mean that rank 1 trains too.
+    extra = {"staleness": 2} if sync == "ssp" else {}
     cluster = local_cluster(2)
     try:
         with Client(cluster, set_as_default=False) as client:
-            t = trainer(client, epochs=100_000)
-            killer = Killer(client, t)
+            t = trainer(client, epochs=100_000, sync=sync, **extra)
+            killer = Killer(client, t, rank)
             killer.start()
             with pytest.raises(
                 TrainingError, match=f"worker {killer.victim} .*left the cluster"
@@ -438,6 +449,7 @@ def test_a_killed_rank_worker_ends_fit_fast_naming_it(data: tuple[np.ndarray, np
             raised = time.monotonic()
             killer.join()
             assert info.value.worker == killer.victim
+            assert info.value.rank == rank
             assert info.value.checkpoint is not None  # training had reached an epoch's end
             assert raised - killer.killed < 60
             assert client.get_metadata(METADATA_KEY, default={}) == {}

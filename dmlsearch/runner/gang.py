@@ -49,10 +49,18 @@ _LOSS_GRACE = 2.0
 def alive_workers(client: Client, *, running: bool = True) -> dict[str, dict[str, Any]]:
     """The cluster's workers, address -> info: those running (not paused, not closing),
     or with ``running=False`` every worker not closing."""
+    # Not ``client.scheduler_info()``: it returns the client's cached identity, which the
+    # client's own periodic refresh (every 2 s, without per-worker details) may replace
+    # between the fetch and the read: a cluster that seems to have no workers, whose first
+    # rank would be named as lost (docs/training.md).
+    scheduler = client.scheduler
+    if scheduler is None:  # a client never connected: no workers, as scheduler_info says
+        return {}
     try:
-        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+        info = client.sync(scheduler.identity, n_workers=-1)
     except TypeError:  # a distributed without the n_workers argument
-        workers = client.scheduler_info().get("workers", {})
+        info = client.sync(scheduler.identity)
+    workers = info.get("workers", {})
     allowed = ("running",) if running else ("running", "paused")
     return {a: w for a, w in workers.items() if w.get("status", "running") in allowed}
 
