@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import dask
 import numpy as np
 import psutil
 import pytest
@@ -72,6 +73,19 @@ def crash_cluster() -> Iterator[LocalCluster]:
     cl.close()
 
 
+def _grid_search(estimator: Any, space: Any, client: Client) -> SearchCV:
+    return SearchCV(
+        estimator,
+        space,
+        strategy="grid",
+        cv=2,
+        client=client,
+        progress=False,
+        refit=False,
+        dashboard=False,
+    )
+
+
 @pytest.mark.filterwarnings("ignore:One or more of the test scores are non-finite")
 @pytest.mark.parametrize("repeat", range(REPEATS))
 @pytest.mark.parametrize("mode", ["exit", "segfault", "memory"])
@@ -86,16 +100,7 @@ def test_trial_that_crashes_its_worker_is_the_only_one_failed(
         {"crash": [""], "parameter": [4.0, 5.0, 6.0]},
     ]
     with Client(crash_cluster, set_as_default=False) as client:
-        search = SearchCV(
-            Crasher(),
-            space,
-            strategy="grid",
-            cv=2,
-            client=client,
-            progress=False,
-            refit=False,
-            dashboard=False,
-        )
+        search = _grid_search(Crasher(), space, client)
         with pytest.warns(FitFailedWarning, match="1 of the 7 trials failed"):
             search.fit(X, y)
     states = {t.params["parameter"]: t.state for t in search.trials_}
@@ -106,6 +111,52 @@ def test_trial_that_crashes_its_worker_is_the_only_one_failed(
     assert "killed every worker" in culprit.error or "crashes its worker" in culprit.error
     assert np.isnan(search.cv_results_["mean_test_score"][3])
     assert search.runner_stats_.recorded == 7
+
+
+class LateCrasher(SleepyClassifier):
+    """Sleeps ``seconds`` in ``fit``, then exits its worker process when ``crash`` is set."""
+
+    def __init__(self, crash: bool = False, seconds: float = 0.0, parameter: float = 0.0) -> None:
+        super().__init__(seconds=seconds, parameter=parameter)
+        self.crash = crash
+
+    def fit(self, X: Any, y: Any) -> LateCrasher:
+        super().fit(X, y)
+        if self.crash:
+            os._exit(13)
+        return self
+
+
+@pytest.mark.filterwarnings("ignore:One or more of the test scores are non-finite")
+def test_a_trial_running_beside_the_crasher_on_both_workers_it_killed_is_not_charged(
+    data: Any,
+) -> None:
+    # Two workers with two threads: a healthy trial runs beside the crasher and dies with
+    # it; Dask reruns both side by side on the other worker once its longer trials end,
+    # and the crasher kills that worker too. Dask then gives both up with the
+    # same KilledWorker ("2 different workers"), and the healthy trial was seen running on
+    # each worker that died: only a solo run tells it from the culprit.
+    X, y = data
+    space = [
+        {"crash": [True], "seconds": [0.3], "parameter": [0.0]},
+        {"crash": [False], "seconds": [1.0], "parameter": [1.0, 2.0, 3.0]},
+    ]
+    # Without work stealing, the reruns stay on the surviving worker, side by side.
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = start_local_cluster(2, threads_per_worker=2)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            search = _grid_search(LateCrasher(), space, client)
+            with pytest.warns(FitFailedWarning, match="1 of the 4 trials failed"):
+                search.fit(X, y)
+    finally:
+        cluster.close()
+    states = {t.params["parameter"]: (t.state, t.error) for t in search.trials_}
+    assert states.pop(0.0)[0] == "failed"
+    assert set(states.values()) == {("complete", None)}, states
+    culprit = next(t for t in search.trials_ if t.params["parameter"] == 0.0)
+    assert "killed its worker when it ran alone" in (culprit.error or ""), culprit.error
+    assert search.runner_stats_.probes >= 2
 
 
 def _warm_modules() -> tuple[bool, list[str]]:

@@ -372,21 +372,13 @@ class WorkLoop(Generic[P, R]):
             return
         innocent = self._innocent(task)
         unseen = task.started is None and not task.done
-        if killed and len(task.units) == 1 and not innocent and not unseen:
-            # Dask already ran it on `allowed-failures` workers that all died while it ran:
-            # the unit itself crashes its worker (native crash, out of memory).
-            unit = task.units[0]
-            self._record_failed(
-                unit,
-                FAILED,
-                f"{self.kind.name} {unit.id} killed every worker that ran it ({reason}); "
-                "it probably crashes its worker (native code, or memory past the limit)",
-            )
-            return
-        if unseen and (killed or self._shared_lost()):
-            # A crash took workers down and this task was never seen running: it may be
-            # the culprit (a crash can discard its start report) or a bystander. Each such
-            # unit runs again alone, which tells the two apart.
+        if (killed and not innocent) or (unseen and (killed or self._shared_lost())):
+            # Dask charges a worker's death to every task assigned to it, queued ones too,
+            # and gives up on a task after `allowed-failures` such deaths: a bystander
+            # queued behind the culprit on one worker and running beside its rerun on the
+            # next gets KilledWorker just as the culprit does (and a crash can discard the
+            # culprit's start report). So a killed unit is never judged here: it runs
+            # again alone, which tells the culprit from a bystander.
             for unit in task.units:
                 if unit.id not in self._recorded:
                     self._quarantine.append(unit)
