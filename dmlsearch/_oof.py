@@ -346,7 +346,9 @@ def _load_memory(
 ) -> dict[int, tuple[str, np.ndarray]]:
     from distributed import wait
 
-    alive = set(client.scheduler_info(n_workers=-1)["workers"]) if client is not None else set()
+    from .runner.gang import alive_workers
+
+    alive = set(alive_workers(client, running=False)) if client is not None else set()
     futures = []
     out: dict[int, tuple[str, np.ndarray]] = {}
     for (worker, run_id), numbers in by_worker.items():

@@ -17,6 +17,7 @@ import dask
 import numpy as np
 from distributed import Client
 
+from ..runner.gang import alive_workers
 from ._members import member_sum
 
 __all__ = ["ROWS_KEY", "summed_predictions"]
@@ -45,7 +46,7 @@ def summed_predictions(
     client = _running_client(getattr(owner, "client", None)) if X.shape[0] >= threshold else None
     if client is None:
         return member_sum(members, X, n_classes)
-    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    n_workers = max(1, len(alive_workers(client, running=False)))
     cached = getattr(owner, "_members_future", None)
     if cached is None or cached[0] is not client or cached[1].status != "finished":
         # One object for all members (a list would scatter one future per member).

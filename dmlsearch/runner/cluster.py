@@ -210,10 +210,10 @@ def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
 def cluster_shape(client: Client) -> dict[str, Any]:
     """Where a search runs: scheduler address, workers, threads and memory (for the registry)."""
     shape: dict[str, Any] = {"address": getattr(client.scheduler, "address", None)}
+    from .gang import alive_workers
+
     try:
-        workers = client.scheduler_info(n_workers=-1).get("workers", {})
-    except TypeError:  # a distributed without the n_workers argument
-        workers = client.scheduler_info().get("workers", {})
+        workers = alive_workers(client, running=False)
     except Exception as exc:  # an informational record must never fail a search
         logger.warning("could not read the cluster's shape: %s", exc)
         return shape
