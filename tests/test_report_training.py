@@ -174,7 +174,7 @@ def test_report_of_a_trained_job_and_of_a_failed_one(
             X, y
         )
     page, text = _read(write_report(registry, "broken", tmp_path / "broken.html"))
-    assert page.field("Summary", "status")[0].startswith("failed (ended with an error")
+    assert page.field("Summary", "status")[0].startswith("failed (ended with an error:")
     assert page.field("Summary", "model versions") == ["0"]
     assert "No model version in this registry was registered from this job: it failed" in text
     assert "Registry.gc()" in text

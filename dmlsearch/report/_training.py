@@ -45,7 +45,7 @@ _EPOCH_COLUMNS = {
 _STATUS = {
     "complete": "trained every epoch",
     "running": "still training, or its driver stopped without recording an end",
-    "failed": "ended with an error (a rank raised, or a worker was lost)",
+    "failed": "ended with an error: a rank raised, or a worker was lost",
     "interrupted": "stopped by an interrupt (Ctrl-C) before the end",
 }
 
@@ -191,7 +191,7 @@ def _no_version(job: Job) -> str:
         f"<p>No model version in this registry was registered from this job: {html.escape(why)}. "
         "The registry keeps what a job ran (its epochs, world size, resumes) only in a "
         "registered version's lineage, so this report has no epochs to show; the settings "
-        "above are what was asked. The checkpoints the job took are blobs in the registry's "
+        "above are what was asked. Any checkpoints the job took are blobs in the registry's "
         "artifact store that no record names: they are not listed here, and "
         "<code>Registry.gc()</code> removes them once older than its grace period.</p>"
     )
