@@ -183,15 +183,20 @@ def test_report_of_a_trained_job_and_of_a_failed_one(
     assert page.field("Training", "epochs") == ["3", "(no version)"]
     assert report_figures(registry, "broken") == {}
 
-    # The report path never imports torch: a reader may not have it.
+    # Neither the report nor `dmlsearch show` imports torch: a reader may not have it.
     code = textwrap.dedent(
         f"""
         import sys
+        from typer.testing import CliRunner
+        from dmlsearch.cli import app
         from dmlsearch.registry import Registry
         from dmlsearch.report import write_report
         with Registry({registry.url!r}) as reg:
             for name in ("job", "broken"):
                 write_report(reg, name, {str(tmp_path)!r} + "/" + name + "-again.html")
+        shown = CliRunner().invoke(app, ["show", "broken", "--registry", {registry.url!r}])
+        assert "(id 2, failed): training job of Linear" in shown.stdout, shown.output
+        assert "no model registered from it" in shown.stdout, shown.output
         assert "torch" not in sys.modules, "torch was imported"
         """
     )
