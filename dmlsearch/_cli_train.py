@@ -9,19 +9,13 @@ from typing import Any
 
 import typer
 
+from ._jobs import JOB_KIND, is_training_job, job_versions
 from .cli import _cell, _console, _echo_json, _fail, _table
 
-__all__ = ["is_training", "run_training_job", "show_training_job"]
+__all__ = ["is_training_job", "run_training_job", "show_training_job"]
 
 #: What a run prints of each epoch (``history_`` keys), and the column titles.
 _COLUMNS = {"epoch": "epoch", "loss": "loss", "samples_per_s": "rows/s", "seconds": "seconds"}
-
-
-def is_training(exp: Any) -> bool:
-    """Whether a registry experiment records a training job (not a search)."""
-    from .training._record import JOB_KIND
-
-    return isinstance(exp.config, dict) and exp.config.get("kind") == JOB_KIND
 
 
 def _epochs_table(history: list[dict[str, Any]], title: str) -> None:
@@ -68,7 +62,7 @@ def run_training_job(
     result = {
         "experiment": cfg.name,
         "experiment_id": trainer.experiment_id_,
-        "kind": "train",
+        "kind": JOB_KIND,
         "elapsed": elapsed,
         "sync": trainer.sync,
         "world_size": trainer.n_workers_,
@@ -105,9 +99,7 @@ def _job_versions(reg: Any, exp: Any) -> list[dict[str, Any]]:
             "sync": v.lineage.get("sync"),
             "world_size": v.lineage.get("world_size"),
         }
-        for name in reg.models()
-        for v in reg.versions(name)
-        if v.lineage.get("experiment_id") == exp.id
+        for v in job_versions(reg, exp)
     ]
 
 
@@ -121,7 +113,7 @@ def show_training_job(reg: Any, exp: Any, json_: bool) -> None:
                 "experiment": exp.name,
                 "id": exp.id,
                 "status": exp.status,
-                "kind": "train",
+                "kind": JOB_KIND,
                 "config": config,
                 "models": versions,
             }

@@ -655,11 +655,11 @@ def show(
     """Show an experiment's leaderboard. Its best completed trials, best first.
 
     A training job: its settings and its registered model version (epochs, final loss)."""
-    from ._cli_train import is_training, show_training_job
+    from ._cli_train import is_training_job, show_training_job
 
     with _open_registry(registry) as reg:
         exp = _experiment(reg, experiment)
-        if is_training(exp):
+        if is_training_job(exp):
             show_training_job(reg, exp, json_)
             return
         board = reg.leaderboard(exp.id, k=k)

@@ -252,6 +252,15 @@ def test_a_training_job_runs_is_shown_and_listed(in_tmp: Path, client: Client) -
     ]
     human = invoke("show", "mlp-blobs").stdout
     assert "training job of Sequential, 4 epochs on 2 workers, sync allreduce" in human
+    # Its report is a training job's: the epochs and their plots, no leaderboard.
+    reported = invoke("report", "mlp-blobs")
+    assert reported.exit_code == 0, reported.output
+    assert "wrote mlp-blobs.html" in reported.stdout
+    page = (in_tmp / "mlp-blobs.html").read_text(encoding="utf-8")
+    assert "<h1>Training job mlp-blobs</h1>" in page and "Leaderboard" not in page
+    epochs = page.split("<table class='epochs'>", 1)[1].split("</table>", 1)[0]
+    assert epochs.count("<tr>") == 1 + 4  # the header and one row per epoch
+    assert page.count("<img alt=") == 2  # loss and throughput per epoch
     assert [(e["name"], e["kind"], e["status"], e["trials"]) for e in ok_json("list")] == [
         ("mlp-blobs", "train", "complete", 0)
     ]

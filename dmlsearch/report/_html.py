@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import datetime as _dt
-import html
-import json
 import math
 import os
 from collections import Counter
@@ -20,49 +16,26 @@ from ._common import (
     FIGURES,
     OPTIONAL_FIGURES,
     _Data,
-    _finite,
     _last_line,
     _load,
     _text,
 )
+from ._markup import (
+    _cluster_rows,
+    _config_sections,
+    _figure_section,
+    _page,
+    _table,
+    _when,
+    _write,
+)
 from ._plots import (
     _figures,
 )
+from ._training import is_training_job, training_report
 
 if TYPE_CHECKING:
     from ..registry import Registry
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
-    e = html.escape
-    head = "".join(f"<th>{e(str(h))}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{e(_text(v))}</td>" for v in row) + "</tr>" for row in rows
-    )
-    attr = f" class='{e(cls)}'" if cls else ""
-    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _when(ts: Any) -> str:
-    if not _finite(ts):
-        return "-"
-    moment = _dt.datetime.fromtimestamp(float(ts), tz=_dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _bytes(n: Any) -> str:
-    if not _finite(n):
-        return _text(n)
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.3g} {unit}"
-        size /= 1024
-    return _text(n)  # pragma: no cover - the loop always returns
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _params_text(params: Mapping[str, Any]) -> str:
@@ -83,9 +56,7 @@ def _summary(data: _Data, board: Sequence[TrialRecord]) -> str:
         ["best params", "-" if best is None else _params_text(best.params)],
         ["data fingerprint", exp.data_fingerprint or "-"],
     ]
-    for key, value in sorted(exp.cluster.items()):
-        shown = _bytes(value) if key.endswith("bytes") else value
-        rows.append([f"cluster {key}", "-" if value is None else shown])
+    rows += _cluster_rows(exp)
     return _table(["field", "value"], rows, "summary")
 
 
@@ -133,55 +104,19 @@ def _failures(trials: Sequence[TrialRecord]) -> str:
     return "\n".join(parts)
 
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left;vertical-align:top}
-th{background:#f2f2f2} table.summary td:first-child{font-weight:600;white-space:nowrap}
-td{max-width:40em;overflow-wrap:anywhere}
-figure{margin:0 0 1.5em} img{max-width:100%;border:1px solid #eee}
-figcaption,.meta{color:#555;font-size:13px}
-pre{background:#f7f7f7;padding:0.6em;overflow:auto;font-size:12px;max-height:40em}
-"""
-
-
 def _html(
     data: _Data, board: Sequence[TrialRecord], figures: Mapping[str, tuple[bytes, str]]
 ) -> str:
-    from .. import __version__
-
-    e = html.escape
-    exp = data.exp
-    generated = _when(_dt.datetime.now(tz=_dt.timezone.utc).timestamp())
     parts = [
-        "<!DOCTYPE html>",
-        "<html lang='en'><head><meta charset='utf-8'>",
-        f"<title>dmlsearch report: {e(exp.name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>Experiment {e(exp.name)}</h1>",
-        f"<p class='meta'>Experiment id {exp.id}; report generated {e(generated)} by "
-        f"dmlsearch {e(__version__)}.</p>",
         "<h2>Summary</h2>",
         _summary(data, board),
-        "<h2>Configuration</h2>",
-        f"<details><summary>the configuration snapshot ({_count(len(exp.config), 'key')})"
-        "</summary>"
-        f"<pre>{e(json.dumps(exp.config, indent=2, default=str))}</pre></details>",
-        "<h2>Package versions</h2>",
-        _table(["package", "version"], sorted(exp.package_versions.items()))
-        if exp.package_versions
-        else "<p>None recorded.</p>",
+        *_config_sections(data.exp),
         f"<h2>Leaderboard</h2>{_leaderboard(board)}",
     ]
     for name, (png, caption) in figures.items():
-        title = {**FIGURES, **OPTIONAL_FIGURES}[name]
-        data_uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        parts.append(f"<h2>{e(title)}</h2><figure><img alt='{e(title)}' src='{data_uri}'>")
-        if caption:
-            parts.append(f"<figcaption>{e(caption)}</figcaption>")
-        parts.append("</figure>")
+        parts.append(_figure_section({**FIGURES, **OPTIONAL_FIGURES}[name], png, caption))
     parts.append(f"<h2>Failed trials</h2>{_failures(data.trials)}")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
+    return _page(data.exp, "Experiment", parts)
 
 
 def write_report(registry: Registry, experiment: str | int, path: str | os.PathLike[str]) -> Path:
@@ -190,17 +125,9 @@ def write_report(registry: Registry, experiment: str | int, path: str | os.PathL
     Parent folders are created; an existing file is replaced only once the new one is
     complete. Raises the registry's ``NotFoundError`` for an unknown experiment.
     """
-    data = _load(registry, experiment)
+    exp = registry.experiment(experiment)  # NotFoundError for an unknown experiment
+    if is_training_job(exp):
+        return _write(training_report(registry, exp), path)
+    data = _load(registry, exp.id)
     board = registry.store.leaderboard(data.exp.id, k=10)
-    text = _html(data, board, _figures(registry, data))
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside the target, then renamed: a reader never sees half a report.
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+    return _write(_html(data, board, _figures(registry, data)), path)

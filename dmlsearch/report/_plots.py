@@ -28,6 +28,7 @@ from ._params import (
     _plot_parallel,
     _sample,
 )
+from ._training import is_training_job, job_figures, load_job
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -233,7 +234,12 @@ def report_figures(registry: Registry, experiment: str | int) -> dict[str, bytes
     """The report's plots as PNG bytes: ``history``, ``parallel``, ``importance``, ``timeline``,
     and ``curves`` (learning curves) after ``history`` when trials have intermediate values.
 
-    Raises the registry's ``NotFoundError`` for an unknown experiment.
+    Of a training job: ``loss`` and ``throughput`` (per epoch), or none when no version
+    was registered from it. Raises the registry's ``NotFoundError`` for an unknown
+    experiment.
     """
-    data = _load(registry, experiment)
+    exp = registry.experiment(experiment)
+    if is_training_job(exp):
+        return {name: png for name, (png, _) in job_figures(load_job(registry, exp)).items()}
+    data = _load(registry, exp.id)
     return {name: png for name, (png, _) in _figures(registry, data).items()}

@@ -14,6 +14,7 @@ import numbers
 import warnings
 from typing import Any
 
+from .._jobs import JOB_KIND
 from .._recording import package_versions
 from ..exceptions import InvalidParameterError
 from ..registry import AlreadyExistsError
@@ -22,8 +23,6 @@ __all__ = ["JOB_KIND", "JobRecord", "job_config", "job_lineage", "job_metrics"]
 
 logger = logging.getLogger("dmlsearch")
 
-#: ``ExperimentRecord.config["kind"]`` of a training job (a search's config has no kind).
-JOB_KIND = "train"
 SOURCE = "dmlsearch.training.DataParallelTrainer"
 
 

@@ -1,0 +1,127 @@
+"""HTML pieces shared by a search's report and a training job's: tables, the page, the file."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._common import _finite, _text
+
+if TYPE_CHECKING:
+    from ..registry._base import ExperimentRecord
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(str(h))}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{e(_text(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
+    attr = f" class='{e(cls)}'" if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _when(ts: Any) -> str:
+    if not _finite(ts):
+        return "-"
+    moment = _dt.datetime.fromtimestamp(float(ts), tz=_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _bytes(n: Any) -> str:
+    if not _finite(n):
+        return _text(n)
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.3g} {unit}"
+        size /= 1024
+    return _text(n)  # pragma: no cover - the loop always returns
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _cluster_rows(exp: ExperimentRecord) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for key, value in sorted(exp.cluster.items()):
+        shown = _bytes(value) if key.endswith("bytes") else value
+        rows.append([f"cluster {key}", "-" if value is None else shown])
+    return rows
+
+
+def _config_sections(exp: ExperimentRecord) -> list[str]:
+    """The folded configuration snapshot and the package versions."""
+    e = html.escape
+    return [
+        "<h2>Configuration</h2>",
+        f"<details><summary>the configuration snapshot ({_count(len(exp.config), 'key')})"
+        "</summary>"
+        f"<pre>{e(json.dumps(exp.config, indent=2, default=str))}</pre></details>",
+        "<h2>Package versions</h2>",
+        _table(["package", "version"], sorted(exp.package_versions.items()))
+        if exp.package_versions
+        else "<p>None recorded.</p>",
+    ]
+
+
+def _figure_section(title: str, png: bytes, caption: str) -> str:
+    e = html.escape
+    data_uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    parts = [f"<h2>{e(title)}</h2><figure><img alt='{e(title)}' src='{data_uri}'>"]
+    if caption:
+        parts.append(f"<figcaption>{e(caption)}</figcaption>")
+    parts.append("</figure>")
+    return "\n".join(parts)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left;vertical-align:top}
+th{background:#f2f2f2} table.summary td:first-child{font-weight:600;white-space:nowrap}
+td{max-width:40em;overflow-wrap:anywhere}
+figure{margin:0 0 1.5em} img{max-width:100%;border:1px solid #eee}
+figcaption,.meta{color:#555;font-size:13px}
+pre{background:#f7f7f7;padding:0.6em;overflow:auto;font-size:12px;max-height:40em}
+"""
+
+
+def _page(exp: ExperimentRecord, heading: str, body: Sequence[str]) -> str:
+    """The whole document: title, ``heading`` with the experiment's name, then ``body``."""
+    from .. import __version__
+
+    e = html.escape
+    generated = _when(_dt.datetime.now(tz=_dt.timezone.utc).timestamp())
+    parts = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>dmlsearch report: {e(exp.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(heading)} {e(exp.name)}</h1>",
+        f"<p class='meta'>Experiment id {exp.id}; report generated {e(generated)} by "
+        f"dmlsearch {e(__version__)}.</p>",
+        *body,
+        "</body></html>\n",
+    ]
+    return "\n".join(parts)
+
+
+def _write(text: str, path: str | os.PathLike[str]) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the target, then renamed: a reader never sees half a report.
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
