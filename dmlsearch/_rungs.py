@@ -215,6 +215,7 @@ def _train_fold(
         param=context.resource,
         fit_params=fit_params,
         matrix_key=(context.run, fold),  # every trial of the run trains on these rows
+        consume=previous > 0,  # a held state, taken out of the cache: trained on in place
     )
 
 
