@@ -341,6 +341,16 @@ def test_a_consumed_xgboost_state_boosts_in_place_as_rounds_at_once() -> None:
         assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
         at_seven = train_param(model(**params), X, Y, 7, param="n_estimators").estimator
         assert np.array_equal(copied.estimator.predict_proba(X), at_seven.predict_proba(X))
+    # Three classes (multi:softprob, one tree per class and round) on another fold key.
+    y3 = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0)
+    first = train_param(model(), X, y3, 2, param="n_estimators", matrix_key=("in-place-run", 3))
+    step = train_param(
+        first.estimator, X, y3, 6, 2, param="n_estimators", matrix_key=("in-place-run", 3),
+        consume=True,
+    )  # fmt: skip
+    straight = train_param(model(), X, y3, 6, param="n_estimators").estimator
+    assert step.estimator is first.estimator
+    assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
 
 
 def test_xgboost_boosts_in_place_only_where_fit_would_do_nothing_more() -> None:
