@@ -42,6 +42,17 @@ __all__ = ["fit_multifidelity"]
 _RELEASE_EVERY = 1.0
 
 
+def _steps_in_flight(client: Client) -> int:
+    """One step per worker thread, and one more per worker, queued behind its running one.
+
+    A worker that ends a step starts its queued one at once instead of idling through the
+    round trip (its result to the driver, the next step back); ASHA decides on results at
+    most one step older than with a step per thread.
+    """
+    nthreads = client.nthreads()
+    return max(1, sum(nthreads.values()) + len(nthreads))
+
+
 def _release(client: Client, run: str, trials: list[int] | None) -> None:
     # A worker gone mid-call took its states with it: nothing to drop there.
     with contextlib.suppress(Exception):
@@ -170,8 +181,7 @@ def _run_steps(
         client,
         kind,
         source,
-        # ASHA decides better on fresh results: no more steps than threads.
-        max_units_in_flight=search.max_concurrent_trials or max(1, sum(client.nthreads().values())),
+        max_units_in_flight=search.max_concurrent_trials or _steps_in_flight(client),
         progress=progress,
         name=f"{type(search.estimator).__name__} ({name})",
         budget_ends=budget_ends,

@@ -329,6 +329,7 @@ def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
     meta = {
         "objective": repr(setup.objective), "total": setup.n_trials,
         "scheduler": repr(setup.pruner), "resume": setup.resume,
+        "direction": setup.direction,  # the page's "best" is the least for "minimize"
     }  # fmt: skip
     watcher = reporter(dask_client, setup.name, meta, setup.dashboard)
     run = f"dmlsearch-stop-{uuid.uuid4().hex[:8]}"

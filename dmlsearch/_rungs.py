@@ -215,6 +215,7 @@ def _train_fold(
         param=context.resource,
         fit_params=fit_params,
         matrix_key=(context.run, fold),  # every trial of the run trains on these rows
+        consume=previous > 0,  # a held state, taken out of the cache: trained on in place
     )
 
 
@@ -234,12 +235,16 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: _He
     ev = context.evaluation
     n_samples = _num_samples(data.X)
     out = _Step()
+    # One unfitted model for every fold: training never changes an unfitted state (it
+    # fits a clone of it), so the folds need no clone each.
+    fresh = None
+    if held is None:
+        fresh = clone(ev.estimator).set_params(**clone(spec.params, safe=False))
     for k, (train, test) in enumerate(ev.splits):
         if held is not None:
             state, previous = held.models[k], held.resource
         else:
-            state = clone(ev.estimator).set_params(**clone(spec.params, safe=False))
-            previous = spec.from_resource
+            state, previous = fresh, spec.from_resource
         X_train, y_train = _safe_split(state, data.X, data.y, train)
         X_test, y_test = _safe_split(state, data.X, data.y, test, train)
         fit_params = _index_fit_params(data.fit_params, n_samples, train)

@@ -15,7 +15,8 @@ Each ``train_*`` helper takes ``(state, X, y, resource, previous)``: ``state`` i
 unfitted estimator when ``previous == 0``, else the model trained to ``previous``. It
 continues from that state where the estimator allows it, else refits from scratch, and
 says which it did in the returned :class:`TrainStep`. It never changes ``state`` (a
-continued model is a copy): a retried task sees the state it was given.
+continued model is a copy): a retried task sees the state it was given. The one exception
+is asked for: ``train_param(..., consume=True)``, for a state its caller gives up.
 """
 
 from __future__ import annotations
@@ -196,13 +197,22 @@ def _xgboost_rounds(state: Any, param: str) -> bool:
     return param.rpartition("__")[2] == "n_estimators" and is_xgboost(_step_of(state, param))
 
 
-def _xgb_fit(model: Any, X: Any, y: Any, param: str, key: Hashable | None, **fit_params: Any) -> None:
+def _xgb_fit(
+    model: Any, X: Any, y: Any, param: str, key: Hashable | None, **fit_params: Any
+) -> None:
     """``model.fit``, its training matrix built once per ``key`` (a fold of one search)."""
     from ._xgb_matrices import cached_train_matrix
 
     # In a Pipeline the booster sees transformed rows, new on every fit: nothing to reuse.
     with cached_train_matrix(model, None if "__" in param else key, X):
         model.fit(X, y, **fit_params)
+
+
+def _boost_in_place(state: Any, param: str, key: Hashable | None, rounds: int) -> bool:
+    """Train ``state``'s own booster ``rounds`` more rounds (not in a Pipeline); False if not."""
+    from ._xgb_matrices import boost_in_place
+
+    return "__" not in param and boost_in_place(state, key, rounds)
 
 
 def _continue_xgboost(
@@ -278,6 +288,7 @@ def train_param(
     param: str,
     fit_params: dict[str, Any] | None = None,
     matrix_key: Hashable | None = None,
+    consume: bool = False,
 ) -> TrainStep:
     """Train with estimator parameter ``param`` set to the budget.
 
@@ -290,6 +301,11 @@ def train_param(
     previous`` more epochs on its module (:func:`is_torch_net`). Otherwise the model is
     refitted with ``param = resource``. ``matrix_key`` names ``(X, y)`` (a search's fold):
     an xgboost model's training matrix is then built once per key on this worker.
+
+    ``consume``: the caller gives ``state`` up (a worker's cached fold model, taken out of
+    its cache), so an xgboost model with ``matrix_key`` trains on in place, on its own
+    booster (:func:`dmlsearch._xgb_matrices.boost_in_place`): the returned model is
+    ``state``, changed. Otherwise ``state`` is never changed.
     """
     resource, previous = _check_budget(resource, previous)
     check_resource(param, state)
@@ -299,9 +315,14 @@ def train_param(
     if _xgboost_rounds(state, param) and previous > 0 and _is_fitted(state):
         if resource == previous:
             return TrainStep(copy.deepcopy(state), resource, previous, True, 0)
-        return _continue_xgboost(
-            state, X, y, resource, previous, param, fit_params, matrix_key
-        )
+        if (
+            consume
+            and not fit_params
+            and _boost_in_place(state, param, matrix_key, resource - previous)
+        ):
+            state.set_params(**{param: resource})
+            return TrainStep(state, resource, previous, True, resource - previous)
+        return _continue_xgboost(state, X, y, resource, previous, param, fit_params, matrix_key)
     warm = _warm_start_key(param)
     has_warm = warm in state.get_params(deep=True)
     if has_warm and previous > 0 and _is_fitted(state):

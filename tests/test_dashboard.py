@@ -122,6 +122,39 @@ def test_state_counts_rung_steps_and_promotions_per_resource():
     assert by_resource[3]["running"] == 0  # the experiment ended
 
 
+def test_a_minimized_objective_shows_its_least_values_as_best():
+    # dmlsearch.optimize(..., direction="minimize") sends its direction with the experiment.
+    state = DashboardState()
+    meta = {"total": 20, "direction": "minimize"}
+    state.apply({"kind": "experiment", "experiment": "low", "meta": meta})
+    values = np.random.default_rng(1).uniform(size=20)
+    state.apply(
+        {
+            "kind": "ended",
+            "experiment": "low",
+            "trials": [_ended(i, float(v)) for i, v in enumerate(values)],
+        }
+    )
+    state.apply(
+        {  # [trial, resource, state, value, restored]: the rung's best is its least loss
+            "kind": "rung_ended",
+            "experiment": "low",
+            "trials": [
+                [0, 1, "complete", 0.5, False],
+                [1, 1, "complete", 0.2, False],
+                [2, 1, "complete", 0.7, False],
+            ],
+        }
+    )
+    snap = state.snapshot()["experiments"][0]
+    assert snap["best"] == pytest.approx(values.min())
+    expected = sorted(range(20), key=lambda i: values[i])[:LEADERBOARD]
+    assert [r["number"] for r in snap["leaderboard"]] == expected
+    bests = [v for _, v in snap["history"]]
+    assert bests == sorted(bests, reverse=True) and bests[-1] == pytest.approx(values.min())
+    assert snap["rungs"][0]["best"] == 0.2
+
+
 def test_rung_view_is_bounded():
     state = DashboardState()
     steps = [[t, 0, 1 + t, 1, 0] for t in range(MAX_RUNGS + 10)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -308,6 +309,99 @@ def test_xgboost_training_matrix_is_built_once_per_fold_key() -> None:
     weighted = {"sample_weight": np.ones(len(Y))}
     train_param(_xgb(), X, Y, 2, param="n_estimators", matrix_key=key, fit_params=weighted)
     assert matrix_stats()["reused"] == after["reused"]
+
+
+def test_a_consumed_xgboost_state_boosts_in_place_as_rounds_at_once() -> None:
+    xgboost = pytest.importorskip("xgboost")
+    from dmlsearch._xgb_matrices import matrix_stats
+
+    def model(**params: Any) -> Any:
+        return xgboost.XGBClassifier(
+            max_depth=3, tree_method="hist", random_state=0, n_jobs=1, **params
+        )
+
+    key = ("in-place-run", 0)
+    for params in ({}, {"learning_rate": 0.5, "reg_lambda": 3.0}):
+        first = train_param(model(**params), X, Y, 3, param="n_estimators", matrix_key=key)
+        copied = train_param(first.estimator, X, Y, 7, 3, param="n_estimators", matrix_key=key)
+        booster = first.estimator.get_booster()
+        before = matrix_stats()["in_place"]
+        step = first
+        for previous, resource in ((3, 7), (7, 12)):
+            step = train_param(
+                step.estimator, X, Y, resource, previous, param="n_estimators",
+                matrix_key=key, consume=True,
+            )  # fmt: skip
+            assert (step.continued, step.work) == (True, resource - previous)
+        assert matrix_stats()["in_place"] - before == 2
+        # The state itself trained on: the same booster, no copy, its rounds all there.
+        assert step.estimator is first.estimator and step.estimator.get_booster() is booster
+        assert booster.num_boosted_rounds() == 12 and step.estimator.n_estimators == 12
+        straight = train_param(model(**params), X, Y, 12, param="n_estimators").estimator
+        assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
+        at_seven = train_param(model(**params), X, Y, 7, param="n_estimators").estimator
+        assert np.array_equal(copied.estimator.predict_proba(X), at_seven.predict_proba(X))
+    # Three classes (multi:softprob, one tree per class and round) on another fold key.
+    y3 = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0)
+    first = train_param(model(), X, y3, 2, param="n_estimators", matrix_key=("in-place-run", 3))
+    step = train_param(
+        first.estimator, X, y3, 6, 2, param="n_estimators", matrix_key=("in-place-run", 3),
+        consume=True,
+    )  # fmt: skip
+    straight = train_param(model(), X, y3, 6, param="n_estimators").estimator
+    assert step.estimator is first.estimator
+    assert np.array_equal(step.estimator.predict_proba(X), straight.predict_proba(X))
+
+
+def test_xgboost_boosts_in_place_only_where_fit_would_do_nothing_more() -> None:
+    xgboost = pytest.importorskip("xgboost")
+    from dmlsearch._xgb_matrices import matrix_stats
+
+    key = ("in-place-run", 1)
+    plain = xgboost.XGBClassifier(max_depth=2, tree_method="hist", random_state=0, n_jobs=1)
+    weights = {"sample_weight": np.ones(len(Y))}
+    for state, kwargs in (
+        (_xgb(), {"matrix_key": key}),  # callbacks: fit runs them
+        (plain, {"matrix_key": None}),  # no cached matrix to train on
+        (plain, {"matrix_key": key, "fit_params": weights}),
+        (plain, {"matrix_key": ("in-place-run", "never built")}),
+    ):
+        first = train_param(state, X, Y, 2, param="n_estimators", matrix_key=key)
+        before = matrix_stats()["in_place"]
+        step = train_param(
+            first.estimator, X, Y, 4, 2, param="n_estimators", consume=True, **kwargs
+        )
+        assert matrix_stats()["in_place"] == before
+        assert step.estimator is not first.estimator and (step.continued, step.work) == (True, 2)
+        assert first.estimator.get_booster().num_boosted_rounds() == 2  # the state kept
+
+
+def test_a_worker_continues_xgboost_rung_steps_in_place_as_one_fit() -> None:
+    xgboost = pytest.importorskip("xgboost")
+    from sklearn.metrics import check_scoring
+    from sklearn.model_selection import StratifiedKFold
+
+    from dmlsearch._evaluate import EvalContext, SearchData
+    from dmlsearch._rungs import RungContext, RungSpec, drop_states, run_rung_step
+    from dmlsearch._xgb_matrices import matrix_stats
+
+    base = xgboost.XGBClassifier(max_depth=3, tree_method="hist", random_state=0, n_jobs=1)
+    evaluation = EvalContext(
+        estimator=base, scorer=check_scoring(base), multimetric=False,
+        splits=list(StratifiedKFold(3).split(X, Y)), error_score=np.nan,
+        return_train_score=True, trial_timeout=None,
+    )  # fmt: skip
+    context = RungContext(evaluation, "n_estimators", "rung-in-place", 0, np.unique(Y))
+    data, params = SearchData(X, Y, {}), {"learning_rate": 0.3}
+    before = matrix_stats()["in_place"]
+    for rung, (start, resource) in enumerate(((0, 1), (1, 3), (3, 9))):
+        step = run_rung_step(data, context, RungSpec(0, params, 0, rung, resource, start), "w")
+        assert step.continued == (start > 0) and step.stored
+    assert matrix_stats()["in_place"] - before == 6  # two promotions x three folds
+    at_once = run_rung_step(data, context, RungSpec(1, params, 0, 0, 9), "w")
+    assert (step.test_scores, step.train_scores) == (at_once.test_scores, at_once.train_scores)
+    # The cache of worker "w" (this process) holds both trials: leave nothing behind.
+    assert drop_states("rung-in-place", dask_worker=SimpleNamespace(address="w")) == 2
 
 
 def test_xgboost_from_an_unfitted_state_refits() -> None:

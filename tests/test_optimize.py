@@ -230,7 +230,7 @@ def test_bad_input_raises_before_any_work(kwargs: dict[str, Any], param: str) ->
 
 
 @pytest.mark.cluster
-def test_a_quadratic_objective_finds_its_optimum_region(client: Any) -> None:
+def test_a_quadratic_objective_finds_its_optimum_region(cluster: Any, client: Any) -> None:
     space = {"x": Float(-5.0, 5.0)}
     result = optimize(quadratic, space, n_trials=40, client=client, random_state=0)
     assert len(result.trials) == 40 and all(t.state == "complete" for t in result.trials)
@@ -242,10 +242,14 @@ def test_a_quadratic_objective_finds_its_optimum_region(client: Any) -> None:
     def distance(params: dict[str, Any], trial: Trial) -> float:
         return (params["x"] - 2.0) ** 2
 
+    name = f"low-{time.time_ns()}"
     low = optimize(
-        distance, space, n_trials=40, client=client, random_state=0, direction="minimize"
-    )
+        distance, space, n_trials=40, client=client, random_state=0, direction="minimize",
+        experiment_name=name,
+    )  # fmt: skip
     assert low.best_params == result.best_params and low.best_value == -result.best_value
+    # The page's best is the least distance too.
+    assert _page_state(cluster, name)["best"] == pytest.approx(low.best_value)
 
 
 @pytest.mark.cluster

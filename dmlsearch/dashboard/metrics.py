@@ -48,7 +48,9 @@ class DashboardCollector:
             "dmlsearch_trials", "Trials ended, by experiment and state", labels=[*labels, "state"]
         )
         best = GaugeMetricFamily(
-            "dmlsearch_best_score", "Best objective so far (greater is better)", labels=labels
+            "dmlsearch_best_score",
+            "Best objective so far (the least for direction=minimize)",
+            labels=labels,
         )
         in_flight = GaugeMetricFamily(
             "dmlsearch_trials_in_flight", "Trials submitted and not yet ended", labels=labels

@@ -64,7 +64,8 @@ class ExperimentView:
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_FINISHED))
     states: Counter[str] = field(default_factory=Counter)
     per_worker: Counter[str] = field(default_factory=Counter)
-    # A min-heap of (value, -number, row): the worst of the kept best is popped first.
+    # A min-heap of (sign * value, -number, row): the worst of the kept best is popped
+    # first (sign: -1 for a minimized objective, see ``sign``).
     _board: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
     history: list[tuple[float, float]] = field(default_factory=list)
     best: float | None = None
@@ -119,6 +120,15 @@ class ExperimentView:
                 seconds=_number(seconds),
             )
             self.curve.append((epoch, job["loss"]))
+
+    @property
+    def sign(self) -> float:
+        """1.0 when greater values are better, -1.0 for ``meta["direction"] == "minimize"``."""
+        return -1.0 if self.meta.get("direction") == "minimize" else 1.0
+
+    def better(self, value: float, than: float) -> bool:
+        """Whether ``value`` is better than ``than`` in the experiment's direction."""
+        return self.sign * value > self.sign * than
 
     def _rung(self, resource: int, rung: int = 0) -> dict[str, Any] | None:
         row = self.rungs.get(resource)
@@ -181,7 +191,7 @@ class ExperimentView:
                 row["restored"] += int(bool(rest and rest[0] is True))
             row["complete" if str(state) == "complete" else "failed"] += 1
             v = _number(value)
-            if v is not None and (row["best"] is None or v > row["best"]):
+            if v is not None and (row["best"] is None or self.better(v, row["best"])):
                 row["best"] = v
 
     def stop_rungs(self) -> None:
@@ -220,12 +230,13 @@ class ExperimentView:
             v = row["value"]
             if v is None:
                 continue
-            item = (v, -number, row)
+            # Signed so that the heap's smallest is the worst kept in either direction.
+            item = (self.sign * v, -number, row)
             if len(self._board) < LEADERBOARD:
                 heapq.heappush(self._board, item)
             elif item[:2] > self._board[0][:2]:
                 heapq.heapreplace(self._board, item)
-            if self.best is None or v > self.best:
+            if self.best is None or self.better(v, self.best):
                 self.best = v
                 if len(self.history) < MAX_HISTORY:
                     self.history.append((time.time() - self.started, v))
