@@ -155,28 +155,25 @@ def state_store_for(
 
 
 def collect_states(artifacts: Any, grace_seconds: float, dry_run: bool = False) -> list[str]:
-    """Delete the copies that runs left in ``artifacts`` (an ArtifactStore) older than
-    ``grace_seconds`` (a crashed run's; a live run rewrites or deletes its own); the
-    paths deleted (or, with ``dry_run``, that would be)."""
+    """Delete the run folders of copies in ``artifacts`` (an ArtifactStore) that no run
+    wrote to for ``grace_seconds`` (a crashed run's: a live one writes a copy every step,
+    and its trials waiting for a promotion keep theirs); the paths of the copies deleted
+    (or, with ``dry_run``, that would be)."""
     fs = artifacts.fs
     root = f"{artifacts.base}/{FOLDER}"
     if not fs.exists(root):
         return []
     now = time.time()
     removed = []
-    for path in sorted(fs.find(root)):
-        if grace_seconds > 0:
-            age = artifacts._age(path, now)
-            if age is None or age < grace_seconds:
-                continue
+    for folder in sorted(fs.ls(root, detail=False)):
+        files = sorted(fs.find(folder))
+        ages = [artifacts._age(path, now) for path in files]
+        if grace_seconds > 0 and any(age is None or age < grace_seconds for age in ages):
+            continue  # written lately (or of unknown age): a live run's
         if not dry_run:
             try:
-                fs.rm(path)
+                fs.rm(folder, recursive=True)
             except FileNotFoundError:
                 continue
-        removed.append(artifacts.show(path))
-    if not dry_run:
-        for folder in fs.ls(root, detail=False):
-            if fs.isdir(folder) and not fs.ls(folder, detail=False):
-                fs.rmdir(folder)
+        removed += [artifacts.show(path) for path in files]
     return removed

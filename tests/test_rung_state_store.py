@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -176,13 +177,25 @@ def test_a_killed_workers_trials_continue_from_the_registry_store(fresh_cluster,
 def test_gc_deletes_the_copies_a_crashed_run_left(tmp_path):
     registry = Registry(f"sqlite:///{tmp_path / 'r.db'}")
     namespace = registry.artifacts.namespace
-    store = StateStore(registry.artifacts.url, f"{namespace}/{FOLDER}/crashed", top=9)
-    digest = store.save("crashed", 3, 1, [SGDClassifier()])
-    assert digest is not None and store.present() == ["3-1.pkl"]
-    assert store.load(3, 1, digest) is not None and store.load(3, 1, "0" * 64) is None
-    assert registry.gc() == []  # younger than the grace period: a live run's
-    removed = registry.gc(grace_seconds=0)
-    assert len(removed) == 1 and removed[0].endswith("3-1.pkl") and store.present() == []
+
+    def run(name: str) -> StateStore:
+        return StateStore(registry.artifacts.url, f"{namespace}/{FOLDER}/{name}", top=9)
+
+    crashed, live = run("crashed"), run("live")
+    digest = crashed.save("crashed", 3, 1, [SGDClassifier()])
+    assert digest is not None and crashed.present() == ["3-1.pkl"]
+    assert crashed.load(3, 1, digest) is not None and crashed.load(3, 1, "0" * 64) is None
+    assert crashed.save("crashed", 3, 9, [SGDClassifier()]) is None  # the top: not copied
+    assert registry.gc() == []  # younger than the grace period: maybe a live run's
+    hours_ago = time.time() - 7200
+    os.utime(f"{crashed.base}/3-1.pkl", (hours_ago, hours_ago))
+    live.save("live", 1, 1, [SGDClassifier()])
+    live.save("live", 2, 1, [SGDClassifier()])
+    os.utime(f"{live.base}/1-1.pkl", (hours_ago, hours_ago))  # trial 2's copy is new
+    removed = registry.gc()
+    assert len(removed) == 1 and removed[0].endswith("crashed/3-1.pkl")
+    assert crashed.present() == [] and live.present() == ["1-1.pkl", "2-1.pkl"]
+    assert len(registry.gc(grace_seconds=0)) == 2 and live.present() == []
     registry.close()
 
 
