@@ -3,7 +3,8 @@
 ``fit`` dispatches here when a scheduler is set. Validation comes first (nothing is
 submitted before every argument is checked); then rung steps run through the runner's one
 loop (:mod:`dmlsearch.runner.rungs`), with the trials' fitted states on the workers
-(:mod:`dmlsearch._rungs`), released as the scheduler gives trials up and at the end.
+(:mod:`dmlsearch._rungs`), released as the scheduler gives trials up and at the end;
+so are their copies in the state store (:mod:`dmlsearch._rung_store`), if there is one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sklearn.utils import indexable
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
 from ._results import build_rung_results, rung_attributes
 from ._rung_records import RungRows, open_experiment, restore_steps
+from ._rung_store import StateStore, state_store_for
 from ._rungs import RungContext, RungResult, drop_states
 from ._schedule_plan import SchedulePlan, bind_scheduler, plan_schedule
 from ._validation import cv_splits
@@ -57,6 +59,21 @@ def _release(client: Client, run: str, trials: list[int] | None) -> None:
     # A worker gone mid-call took its states with it: nothing to drop there.
     with contextlib.suppress(Exception):
         client.run(drop_states, run, trials, on_error="ignore")
+
+
+def _delete_copies(store: StateStore | None, copies: list[tuple[int, int]] | None) -> None:
+    """Delete state store copies (all of the run's if ``copies`` is None).
+
+    A failure only leaves files behind: the run's folder goes at the end, or with
+    ``Registry.gc`` after a crash.
+    """
+    if store is None:
+        return
+    with contextlib.suppress(Exception):
+        if copies is None:
+            store.clear()
+        elif copies:
+            store.delete(copies)
 
 
 @dataclass
@@ -176,6 +193,7 @@ def _run_steps(
             released = source.take_released()
             if released:
                 _release(client, run, released)
+            _delete_copies(setup.context.store, source.take_stale_copies())
 
     loop = WorkLoop(
         client,
@@ -198,6 +216,7 @@ def _run_steps(
         raise
     finally:
         _release(client, run, None)
+        _delete_copies(setup.context.store, None)
         if reporter is not None:
             reporter.experiment_finished(status)
     source.finish()
@@ -262,6 +281,13 @@ def fit_multifidelity(
                 recorder = opened  # a refused resume closed it, with the status it had
             rows = RungRows(setup.primary, len(setup.splits), recorder)
             rows.restore(restored)
+            setup.context.store = state_store_for(
+                search.state_store,
+                registry,
+                setup.context.run,
+                setup.plan.ladder[-1],
+                setup.plan.resource,
+            )
             clock.lap("setup")
             _run_steps(
                 search,

@@ -163,8 +163,9 @@ def build_rung_results(
     """``cv_results_`` of a multi-fidelity search: one row per (trial, rung) step.
 
     scikit-learn's Halving layout (``iter``, ``n_resources``) plus ``trial``, ``bracket``,
-    ``work`` (resource units trained in the step) and ``continued`` (the step continued
-    from the trial's state). ``rank_test_*`` orders rows by resource level, then score
+    ``work`` (resource units trained in the step), ``continued`` (the step continued
+    from the trial's state) and ``from_store`` (that state was the state store's copy,
+    not the worker's memory). ``rank_test_*`` orders rows by resource level, then score
     (see :func:`rank_by_resource`).
     """
     results = build_cv_results(
@@ -182,6 +183,7 @@ def build_rung_results(
     results["bracket"] = np.array([s.bracket for s in steps], dtype=np.int64)
     results["work"] = np.array([s.work for s in steps], dtype=np.float64)
     results["continued"] = np.array([s.continued for s in steps], dtype=bool)
+    results["from_store"] = np.array([s.from_store for s in steps], dtype=bool)
     for name in scorer_names:
         results[f"rank_test_{name}"] = rank_by_resource(levels, results[f"mean_test_{name}"])
     return results

@@ -6,7 +6,7 @@ upsert, so a record always describes whole steps). Its ``intermediate`` holds
 * ``"<resource>"``: the mean score at that resource (the learning curve the report draws);
 * ``"<resource>:<field>"``: every step's own numbers, so that a resume rebuilds each
   (trial, rung) row of ``cv_results_`` exactly: ``rung``, ``bracket``, ``from``,
-  ``work``, ``continued`` (0/1), ``started``, ``finished``, ``retries``,
+  ``work``, ``continued`` (0/1), ``from_store`` (0/1), ``started``, ``finished``, ``retries``,
   ``fit_time:<fold>``, ``score_time:<fold>``, ``test:<metric>:<fold>`` and
   ``train:<metric>:<fold>``.
 
@@ -36,7 +36,17 @@ if TYPE_CHECKING:
 __all__ = ["RungRows", "open_experiment", "restore_steps", "step_fields", "steps_from_record"]
 
 #: Per-step numbers (not per fold), as ``"<resource>:<name>"``.
-_STEP = ("rung", "bracket", "from", "work", "continued", "started", "finished", "retries")
+_STEP = (
+    "rung",
+    "bracket",
+    "from",
+    "work",
+    "continued",
+    "from_store",
+    "started",
+    "finished",
+    "retries",
+)
 _FOLD_TIMES = ("fit_time", "score_time")
 _FOLD_SCORES = ("test", "train")
 
@@ -50,6 +60,7 @@ def step_fields(step: RungResult) -> dict[str, float]:
         f"{r}:from": float(step.from_resource),
         f"{r}:work": float(step.work),
         f"{r}:continued": float(step.continued),
+        f"{r}:from_store": float(step.from_store),
         f"{r}:started": float(step.started),
         f"{r}:finished": float(step.finished),
         f"{r}:retries": float(step.retries),
@@ -131,6 +142,7 @@ def steps_from_record(
                 bracket=int(f.get("bracket", 0)),
                 work=f.get("work", 0.0),
                 continued=bool(f.get("continued", 0.0)),
+                from_store=bool(f.get("from_store", 0.0)),
                 stored=False,
             )
         )

@@ -11,7 +11,10 @@ The cache lives in the worker's process, keyed by worker address (so in-process 
 sharing this module keep apart) and by ``(run, trial)``. The driver drops a run's
 entries with :func:`drop_states` (``client.run``): the trials the scheduler will not
 continue as the search goes, everything of the run at its end. A worker that dies takes
-its states with it; the promoted step then refits from scratch on another worker.
+its states with it. With a state store (:mod:`dmlsearch._rung_store`) the worker also
+writes a copy of the fold models where every worker can read it, and a step whose state
+is not in its worker's cache continues from that copy (``from_store``); without one (or
+without a valid copy) it refits from scratch.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ._evaluate import (
     _score,
     _worker_name,
 )
+from ._rung_store import StateStore
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from .exceptions import TrialTimeoutError
 from .fidelity import TrainStep, train_n_samples, train_param, train_partial_fit
@@ -59,6 +63,8 @@ class RungSpec:
 
     ``rung`` is the scheduler's rung (its index within the trial's bracket; the step
     index for median stopping); ``from_resource`` is 0 for a trial's first step.
+    ``state_copy``: the sha256 of the state store's copy of the trial at ``from_resource``
+    (None: no copy).
     """
 
     trial: int
@@ -68,6 +74,7 @@ class RungSpec:
     resource: int
     from_resource: int = 0
     bracket: int = 0
+    state_copy: str | None = None
 
     @property
     def id(self) -> tuple[int, int]:
@@ -80,7 +87,8 @@ class RungContext:
     """What every rung step of a run shares (scattered once): how to fit and score.
 
     ``run`` keys the worker caches; ``classes`` are the labels a classifier's first
-    ``partial_fit`` call is given (all of ``y``'s, as a fold may miss one).
+    ``partial_fit`` call is given (all of ``y``'s, as a fold may miss one); ``store``:
+    where workers copy the trials' states (None: nowhere).
     """
 
     evaluation: EvalContext
@@ -88,6 +96,7 @@ class RungContext:
     run: str
     seed: int = 0
     classes: Any = None
+    store: StateStore | None = None
 
 
 @dataclass
@@ -96,8 +105,11 @@ class RungResult(TrialOutcome):
 
     ``number`` is the trial. ``work``: resource units actually trained in this step,
     summed over folds / number of folds (``TrainStep.work``). ``continued``: every fold
-    continued from this worker's state (False: refitted from scratch, or a first step).
-    ``stored``: the worker kept the fold models for a promotion.
+    continued from the trial's state (False: refitted from scratch, or a first step);
+    ``from_store``: that state was the state store's copy, not this worker's cache.
+    ``stored``: the worker kept the fold models for a promotion; ``state_copy``: the sha256 of
+    the copy it wrote to the state store (None: none). ``store_time``: seconds spent
+    reading and writing the state store.
     """
 
     rung: int = 0
@@ -107,6 +119,9 @@ class RungResult(TrialOutcome):
     work: float = 0.0
     continued: bool = False
     stored: bool = False
+    from_store: bool = False
+    state_copy: str | None = None
+    store_time: float = 0.0
 
     @property
     def trial(self) -> int:
@@ -293,13 +308,7 @@ def run_rung_step(
         np.random.seed(step_seed)
         random.seed(step_seed)
     started = time.time()
-    held = None
-    if spec.from_resource > 0:
-        held = _take(worker, context.run, spec.trial)
-        if held is not None and (
-            held.resource != spec.from_resource or len(held.models) != len(ev.splits)
-        ):
-            held = None
+    held, from_store, store_time = _held_state(context, spec, worker)
     n = len(ev.splits)
     state, error = COMPLETE, None
     seconds, by_budget = _limit(ev, stop_by)
@@ -321,11 +330,15 @@ def run_rung_step(
                 f"TrialTimeoutError: trial {spec.trial} (resource {spec.resource}) ran past "
                 f"trial_timeout={ev.trial_timeout}s and was stopped"
             )
-    stored = False
+    stored, copy = False, None
     if state == COMPLETE and context.resource != "n_samples":
         # n_samples refits every step: its models are never continued, so not kept.
         _put(worker, context.run, spec.trial, _Held(spec.resource, step.models))
         stored = True
+        if context.store is not None:
+            t0 = time.perf_counter()
+            copy = context.store.save(context.run, spec.trial, spec.resource, step.models)
+            store_time += time.perf_counter() - t0
     return RungResult.of(
         spec,
         state,
@@ -341,8 +354,37 @@ def run_rung_step(
         work=step.work / n,
         continued=held is not None and step.continued,
         stored=stored,
+        from_store=from_store and step.continued,
+        state_copy=copy,
+        store_time=store_time,
         error=error,
     )
+
+
+def _held_state(
+    context: RungContext, spec: RungSpec, worker: str
+) -> tuple[_Held | None, bool, float]:
+    """The trial's state at ``spec.from_resource``: this worker's, else the store's copy.
+
+    Returns ``(state or None, whether it came from the store, seconds reading it)``.
+    """
+    if spec.from_resource == 0:
+        return None, False, 0.0
+    n = len(context.evaluation.splits)
+    held = _take(worker, context.run, spec.trial)
+    if held is not None and held.resource == spec.from_resource and len(held.models) == n:
+        return held, False, 0.0
+    if context.store is None or spec.state_copy is None:
+        return None, False, 0.0
+    t0 = time.perf_counter()
+    try:
+        models = context.store.load(spec.trial, spec.from_resource, spec.state_copy)
+    except Exception:  # unreadable (a store gone, a class renamed): refit, as without one
+        models = None
+    seconds = time.perf_counter() - t0
+    if models is None or len(models) != n:
+        return None, False, seconds
+    return _Held(spec.from_resource, models), True, seconds
 
 
 def run_rung_steps(

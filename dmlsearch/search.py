@@ -33,6 +33,7 @@ from ._recording import (
     same_params,
 )
 from ._results import build_cv_results
+from ._rung_store import check_state_store
 from ._scoring import Scoring, resolve_scoring
 from ._validation import check_search_params, check_space_names, cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
@@ -163,6 +164,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         refused. A worker lost mid-training fails that trial within seconds and the search
         goes on. See docs/ensembles.md (Boosting on a gang) and docs/training.md
         (Data-parallel trials).
+    state_store : "auto", str or False
+        With a scheduler: where workers copy each trial's fold models after a rung step,
+        so a promotion on a worker without them (its holder died, or Dask ran it
+        elsewhere) continues from the copy instead of refitting. ``"auto"``: the
+        registry's artifact store when there is a registry, else no copies; a path or
+        fsspec URL every worker can read; ``False``: no copies. See docs/multifidelity.md.
 
     Attributes
     ----------
@@ -208,6 +215,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         dashboard: bool = True,
         keep_oof: bool = False,
         workers_per_trial: int = 1,
+        state_store: str | bool = "auto",
     ) -> None:
         self.estimator = estimator
         self.search_space = search_space
@@ -237,6 +245,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.dashboard = dashboard
         self.keep_oof = keep_oof
         self.workers_per_trial = workers_per_trial
+        self.state_store = state_store
 
     # -- scikit-learn protocol --------------------------------------------------
     def __sklearn_clone__(self) -> SearchCV:
@@ -356,10 +365,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     "refit", f"must be True, False, a string or a callable, got {self.refit!r}"
                 )
             refit_metric = "score"
+        check_state_store(self.state_store)
         if self.scheduler is None:
             names = ("resource", "min_resource", "max_resource")
             unused = [k for k in names if getattr(self, k) is not None]
             unused += ["reduction_factor"] if self.reduction_factor != 3 else []
+            unused += ["state_store"] if self.state_store != "auto" else []
             if unused:
                 raise InvalidParameterError(
                     unused[0],

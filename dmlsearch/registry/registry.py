@@ -616,7 +616,9 @@ class Registry:
         (never another registry's, nor blobs from before namespaces), and only those
         written more than ``grace_seconds`` ago, so a registration in flight in another
         process keeps its blob. Temporary files of crashed writes past the grace period go
-        too. With ``dry_run`` nothing is deleted and the paths that would be are returned.
+        too, and so do the copies of trials' states that a crashed multi-fidelity search
+        left (``SearchCV(state_store=...)``; a finished search deletes its own). With
+        ``dry_run`` nothing is deleted and the paths that would be are returned.
         """
         check_bool("dry_run", dry_run)
         if (
@@ -630,8 +632,11 @@ class Registry:
             )
         if self.artifacts.namespace is None:
             return []  # an old registry opened without upgrading: nothing is provably ours
+        from .._rung_store import collect_states
+
         referenced = self.store.referenced_artifacts()
-        return self.artifacts.collect(referenced, grace_seconds=grace_seconds, dry_run=dry_run)
+        removed = self.artifacts.collect(referenced, grace_seconds=grace_seconds, dry_run=dry_run)
+        return removed + collect_states(self.artifacts, grace_seconds, dry_run)
 
 
 def _optuna_value(value: Any) -> Any:

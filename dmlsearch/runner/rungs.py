@@ -8,7 +8,8 @@ asks the strategy for the parameters of every trial the scheduler starts.
 loop to place a promotion on the worker that holds the trial's state.
 
 Neither touches Dask: the loop submits, and the driver's tick releases the states of the
-trials :meth:`RungSource.take_released` names.
+trials :meth:`RungSource.take_released` names and deletes the state store's copies
+:meth:`RungSource.take_stale_copies` names.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class RungKind(UnitKind[RungSpec, RungResult]):
     """A rung step trains and scores one trial's fold models up to a resource.
 
     ``locate(trial)`` names the worker holding the trial's state (None: none known);
-    a promotion prefers it (Dask may still run it elsewhere, which then refits).
+    a promotion prefers it (Dask may still run it elsewhere, which then continues from
+    the state store's copy, or refits without one).
     """
 
     name = "rung"
@@ -121,6 +123,9 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         self.skipped: set[int] = set()
         self.in_flight: set[int] = set()
         self.holder: dict[int, str] = {}
+        #: trial -> (resource, sha256) of its latest copy in the state store.
+        self.copies: dict[int, tuple[int, str]] = {}
+        self._stale: list[tuple[int, int]] = []
         self.told: set[int] = set()
         #: Trials an earlier run recorded (resume), and ids it started but never recorded.
         self.restored: set[int] = set()
@@ -137,6 +142,12 @@ class RungSource(UnitSource[RungSpec, RungResult]):
     def take_released(self) -> list[int]:
         """Trials whose state the workers may drop now (each named once)."""
         out, self._release = self._release, []
+        return out
+
+    def take_stale_copies(self) -> list[tuple[int, int]]:
+        """State store copies ``(trial, resource)`` nothing will continue from (once each):
+        a trial's older copy once its next step finished, any copy of a trial given up."""
+        out, self._stale = self._stale, []
         return out
 
     def restore(self, steps: Sequence[RungResult]) -> None:
@@ -233,8 +244,16 @@ class RungSource(UnitSource[RungSpec, RungResult]):
     ) -> Unit[RungSpec]:
         self.running.add(trial)
         self.in_flight.add(trial)
+        copy = self.copies.get(trial)
         spec = RungSpec(
-            trial, self.params[trial], trial_seed(self.seed, trial), rung, resource, start, bracket
+            trial,
+            self.params[trial],
+            trial_seed(self.seed, trial),
+            rung,
+            resource,
+            start,
+            bracket,
+            state_copy=copy[1] if copy is not None and start > 0 and copy[0] == start else None,
         )
         return Unit(spec.id, spec)
 
@@ -269,6 +288,8 @@ class RungSource(UnitSource[RungSpec, RungResult]):
             self.results[trial].append(Result(result.rung, result.resource, value))
             if result.stored:
                 self.holder[trial] = result.worker
+            if result.state_copy is not None:
+                self._copied(trial, result.resource, result.state_copy)
             last_step = self.steps is None or len(self.results[trial]) >= len(self.steps)
             if last_step:
                 self.running.discard(trial)
@@ -277,6 +298,8 @@ class RungSource(UnitSource[RungSpec, RungResult]):
             self.running.discard(trial)
             self.failed.add(trial)
             value = None
+            if result.state_copy is not None:  # a step without a score: never continued
+                self._stale.append((trial, result.resource))
         self.on_result(result, retries)
         if self.observer is not None:
             self.observer.unit_finished(
@@ -287,6 +310,12 @@ class RungSource(UnitSource[RungSpec, RungResult]):
             self._stop_poor_trials()
         self._settle()
         return value
+
+    def _copied(self, trial: int, resource: int, digest: str) -> None:
+        old = self.copies.get(trial)
+        self.copies[trial] = (resource, digest)
+        if old is not None and old[0] != resource:
+            self._stale.append((trial, old[0]))
 
     def _stop_poor_trials(self) -> None:
         for stop in self.scheduler.stops(self.history()):
@@ -314,6 +343,9 @@ class RungSource(UnitSource[RungSpec, RungResult]):
             self.strategy.tell(trial, score)
         if self.holder.pop(trial, None) is not None:
             self._release.append(trial)
+        copy = self.copies.pop(trial, None)
+        if copy is not None:
+            self._stale.append((trial, copy[0]))
 
     def finish(self) -> None:
         """At the end of the run: tell the strategy about every trial not told yet."""

@@ -23,11 +23,17 @@ What is measured
     worker process; ASHA: an epoch of a trial trained by more than one worker process,
     which also counts a promotion refitted from scratch because its state died with its
     worker); the loop's ``runner_stats_`` (resubmitted units, solo probes); ASHA: steps
-    that could not continue from a kept state. Timed: ``fit``'s wall time (medians).
+    that could not continue from a kept state ("refitted promotions"), and those that
+    continued from the state store's copy (``SearchCV(state_store=...)``: ``--state-store
+    auto``, the default, copies to the registry's artifact store; ``off`` keeps states
+    only in worker memory) with the seconds the store took per step. Timed: ``fit``'s
+    wall time (medians).
 
 Rerun
     python experiments/reliability/worker_loss_units.py                      # both, 2 + 2 runs each
     python experiments/reliability/worker_loss_units.py --workload bagging --repeats 1
+    python experiments/reliability/worker_loss_units.py --workload asha --trials 300 \
+        --rows 80000 --state-store off                    # states in worker memory only
     # the same with Dask's Active Memory Manager off:
     # DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START=False python ... --workload asha
 """
@@ -153,6 +159,7 @@ def asha(args: argparse.Namespace, client: Client, tmp: str, name: str) -> dict[
         client=client,
         registry=registry,
         experiment_name=name,
+        state_store="auto" if args.state_store == "auto" else False,
         refit=False,
         progress=False,
         dashboard=False,
@@ -181,6 +188,8 @@ def asha(args: argparse.Namespace, client: Client, tmp: str, name: str) -> dict[
             for res, cont in zip(r["n_resources"].tolist(), r["continued"].tolist(), strict=True)
             if res > first and not cont
         ),
+        "from_store": int(np.sum(r["from_store"])),
+        "store_ms": 1000 * sum(t.store_time for t in search.trials_) / len(steps),
         "steps": len(steps),
     }
 
@@ -247,6 +256,10 @@ def _report(workload: str, results: list[dict[str, Any]]) -> None:
     ]
     if workload == "asha":
         rows.append(["median refitted promotions", col("refits", faulty), col("refits", clean)])
+        rows.append(
+            ["median promotions from store", col("from_store", faulty), col("from_store", clean)]
+        )
+        rows.append(["median store ms per step", col("store_ms", faulty), col("store_ms", clean)])
     else:
         rows.append(
             ["same members and predictions as clean", str(all(r.get("same") for r in faulty)), ""]
@@ -266,6 +279,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--kill-every", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--state-store", choices=["auto", "off"], default="auto")
     args = parser.parse_args()
     os.environ[LOG_ENV] = os.path.join(tempfile.mkdtemp(prefix="dmlsearch-fits-"), "fits.log")
     quiet_warnings()
@@ -273,7 +287,8 @@ def main() -> None:
     print(
         f"bagging: {args.members} members sleeping {args.member_seconds} s each; asha: "
         f"{args.trials} trials of SGDClassifier on {args.rows} x 40 rows, cv=3, 1..27 epochs, "
-        f"factor 3, SQLite registry; a random live worker SIGKILLed every {args.kill_every} s "
+        f"factor 3, SQLite registry, state_store {args.state_store}; a random live worker "
+        f"SIGKILLed every {args.kill_every} s "
         "in faulty runs; faulty and clean runs alternate; nanny: dmlsearch WarmNanny; "
         "Active Memory Manager on: "
         f"{dask.config.get('distributed.scheduler.active-memory-manager.start')}"
@@ -293,7 +308,12 @@ def main() -> None:
                     f"kills {r['kills']}, extra runs {r['extra_runs']}, resubmitted "
                     f"{s.resubmitted_trials}, probes {s.probes}, rescattered {s.rescattered}, "
                     f"tasks {s.submitted_tasks}, refitted promotions {r['refits']}, "
-                    f"exactly once {r['once']}, none failed {r['all_ok']}"
+                    + (
+                        f"from store {r['from_store']}, store {r['store_ms']:.2f} ms/step, "
+                        if workload == "asha"
+                        else ""
+                    )
+                    + f"exactly once {r['once']}, none failed {r['all_ok']}"
                     + (f", same as clean {r['same']}" if faulty and workload == "bagging" else "")
                 )
                 sys.stdout.flush()
