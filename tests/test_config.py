@@ -487,6 +487,12 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
             "did you mean ['clf__max_iter'",
         ),
         ("scheduler", {"kind": "asha", "resource": "clf__max_iter", "max_resource": 9}, None, None),
+        (
+            "scheduler",
+            {"kind": "asha", "resource": "clf__max_iter", "max_resource": 9, "state_store": True},
+            "scheduler.state_store",
+            "expected auto, false, or a folder",
+        ),
     ],
 )
 def test_field_errors(path: str, value: Any, error_path: str | None, text: str | None) -> None:
@@ -687,6 +693,22 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
     assert isinstance(
         ExperimentConfig.model_validate(yaml.safe_load(dump(VALID))), ExperimentConfig
     )
+
+
+@pytest.mark.parametrize("store", ["false", "auto", "/shared/states"])
+def test_build_search_maps_the_scheduler_section(store: str) -> None:
+    cfg = parse_config(
+        dump(VALID),
+        overrides=[
+            "scheduler={kind: hyperband, resource: clf__max_iter, max_resource: 27}",
+            "scheduler.reduction_factor=3",
+            f"scheduler.state_store={store}",
+        ],
+    )
+    params = build_search(cfg).get_params(deep=False)
+    assert params["scheduler"] == "hyperband" and params["resource"] == "clf__max_iter"
+    assert (params["min_resource"], params["max_resource"]) == (1, 27)
+    assert params["state_store"] == {"false": False}.get(store, store)
 
 
 @pytest.mark.cluster

@@ -16,7 +16,7 @@ SCHEDULER_NAMES = ("asha", "hyperband", "halving", "median")
 
 class SchedulerSection(_Section):
     """``SearchCV(scheduler=kind, resource=..., min_resource=..., max_resource=...,
-    reduction_factor=...)``: train many trials on a small budget, more only on the best.
+    reduction_factor=..., state_store=...)``: train many trials on a small budget, more only on the best.
 
     ``resource`` names what the budget counts: ``partial_fit`` (epochs), ``n_samples``
     (training rows) or an estimator parameter such as ``n_estimators`` or ``max_iter``.
@@ -27,6 +27,17 @@ class SchedulerSection(_Section):
     min_resource: PosInt = 1
     max_resource: PosInt
     reduction_factor: Annotated[int, BeforeValidator(_no_bool), Field(ge=2)] = 3
+    state_store: str | bool = "auto"
+
+    @field_validator("state_store", mode="before")
+    @classmethod
+    def _state_store(cls, value: Any) -> Any:
+        # As SearchCV(state_store=...): "auto", false, or a folder/fsspec URL (not True).
+        if value is False or (isinstance(value, str) and value.strip()):
+            return value.strip() if isinstance(value, str) else value
+        raise _err(
+            f"expected auto, false, or a folder or fsspec URL every worker can read, got {value!r}"
+        )
 
     @field_validator("kind", mode="before")
     @classmethod
@@ -69,6 +80,7 @@ class SchedulerSection(_Section):
             "min_resource": self.min_resource,
             "max_resource": self.max_resource,
             "reduction_factor": self.reduction_factor,
+            "state_store": self.state_store,
         }
 
 
