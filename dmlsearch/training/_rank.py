@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import os
 import time
@@ -142,6 +141,7 @@ def _epoch(
         yb = y[rows].to(device, non_blocking=True)
         loss = job.loss_fn(net(xb), yb)
         loss.backward()
+        sync.after_backward()
         opt.step()
         sync.after_step(t)
         total += loss.detach().reshape(())
@@ -178,7 +178,7 @@ def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
     history = []
     report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):
-        history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
+        history.append(_epoch(job, rank, epoch, model, sync, opt, Xt, yt))
         if rank == 0:
             report(history)
         every = job.checkpoint_every
@@ -221,12 +221,11 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         **options,
     )
     try:
-        # The model, DDP and optimizer live in _train's frame: freed when it returns, while
-        # the process group still exists (freeing DDP after it was destroyed has hung).
+        # The model, its sync and the optimizer live in _train's frame: freed when it
+        # returns, before the process group is destroyed.
         return _train(job, rank, X, y)
     finally:
-        # DDP and its comm hook's state refer to each other: only the cycle collector
-        # frees them, and until it does they keep the process group, its store (listening
-        # on every interface) and gloo's sockets open in this worker after the job.
-        gc.collect()
+        # Destroying the group closes its store (rank 0's listens on every interface) and
+        # gloo's sockets: nothing else holds them (DistributedDataParallel's reducer did,
+        # until the worker restarted; docs/training.md).
         dist.destroy_process_group()
