@@ -12,10 +12,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch._dynamo  # before any process group: see below
 import torch.distributed as dist
 
 from ._checkpoint import state_bytes, state_from_bytes
 from ._sync import make_sync, settle
+
+# torch._dynamo is imported above, before any process group exists: it brings in
+# torch.distributed._shard, which keeps a default group that exists when it is imported
+# alive for good, and destroy_process_group then leaves that group's store (rank 0's
+# listens on every interface) and gloo's listener open in the worker. The first optimizer
+# or DistributedDataParallel a process builds imports it (plain torch leaks so too;
+# docs/training.md).
 
 __all__ = ["EpochReporter", "JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
 
@@ -164,16 +172,23 @@ def _epoch(
     }
 
 
-def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
+def _build(job: JobSpec, rank: int) -> tuple[torch.nn.Module, Any]:
+    """The model (on the rank's device, in training mode) and its optimizer, as saved."""
     state = state_from_bytes(job.initial)
     model = job.model_fn()
     model.load_state_dict(state["model"])
     model.to(job.device(rank))  # before the optimizer is built on its parameters
     model.train()
-    sync = make_sync(job.sync, model, job.average_every)
     opt = job.optimizer_fn(model.parameters())
     if state.get("optimizer") is not None:
         opt.load_state_dict(state["optimizer"])
+    return model, opt
+
+
+def _train(
+    job: JobSpec, rank: int, model: torch.nn.Module, opt: Any, X: Any, y: Any
+) -> dict[str, Any]:
+    sync = make_sync(job.sync, model, job.average_every)
     Xt, yt = _tensor(X), _tensor(y)
     history = []
     report = EpochReporter(job)
@@ -211,6 +226,9 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         # when the process group is made; a user's own setting is kept).
         os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
         options["device_id"] = device
+    # Built before the process group exists, as torch._dynamo was imported (see the
+    # import): the user's code may import more of torch.
+    model, opt = _build(job, rank)
     _reset_group_names()
     dist.init_process_group(
         job.backend,
@@ -221,11 +239,6 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         **options,
     )
     try:
-        # The model, its sync and the optimizer live in _train's frame: freed when it
-        # returns, before the process group is destroyed.
-        return _train(job, rank, X, y)
+        return _train(job, rank, model, opt, X, y)
     finally:
-        # Destroying the group closes its store (rank 0's listens on every interface) and
-        # gloo's sockets: nothing else holds them (DistributedDataParallel's reducer did,
-        # until the worker restarted; docs/training.md).
         dist.destroy_process_group()
