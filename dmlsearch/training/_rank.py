@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import os
 import time
 from dataclasses import dataclass
@@ -12,18 +13,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch._dynamo  # before any process group: see below
 import torch.distributed as dist
 
 from ._checkpoint import state_bytes, state_from_bytes
 from ._sync import make_sync, settle
-
-# torch._dynamo is imported above, before any process group exists: it brings in
-# torch.distributed._shard, which keeps a default group that exists when it is imported
-# alive for good, and destroy_process_group then leaves that group's store (rank 0's
-# listens on every interface) and gloo's listener open in the worker. The first optimizer
-# or DistributedDataParallel a process builds imports it (plain torch leaks so too;
-# docs/training.md).
 
 __all__ = ["EpochReporter", "JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
 
@@ -226,8 +219,15 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         # when the process group is made; a user's own setting is kept).
         os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
         options["device_id"] = device
-    # Built before the process group exists, as torch._dynamo was imported (see the
-    # import): the user's code may import more of torch.
+    # Before the process group exists: importing torch._dynamo brings in
+    # torch.distributed._shard, which keeps a default group that exists when it is
+    # imported alive for good, and destroy_process_group then leaves that group's store
+    # (rank 0's listens on every interface) and gloo's listener open in the worker. The
+    # first optimizer or DistributedDataParallel a process builds imports it (plain torch
+    # leaks so too; docs/training.md). Here, not at module level: the driver imports this
+    # module without training. The model and optimizer are built here too, in case the
+    # user's code imports more of torch.
+    importlib.import_module("torch._dynamo")
     model, opt = _build(job, rank)
     _reset_group_names()
     dist.init_process_group(
