@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
+import importlib
 import os
 import time
 from dataclasses import dataclass
@@ -142,6 +142,7 @@ def _epoch(
         yb = y[rows].to(device, non_blocking=True)
         loss = job.loss_fn(net(xb), yb)
         loss.backward()
+        sync.after_backward()
         opt.step()
         sync.after_step(t)
         total += loss.detach().reshape(())
@@ -164,21 +165,28 @@ def _epoch(
     }
 
 
-def _train(job: JobSpec, rank: int, X: Any, y: Any) -> dict[str, Any]:
+def _build(job: JobSpec, rank: int) -> tuple[torch.nn.Module, Any]:
+    """The model (on the rank's device, in training mode) and its optimizer, as saved."""
     state = state_from_bytes(job.initial)
     model = job.model_fn()
     model.load_state_dict(state["model"])
     model.to(job.device(rank))  # before the optimizer is built on its parameters
     model.train()
-    sync = make_sync(job.sync, model, job.average_every)
     opt = job.optimizer_fn(model.parameters())
     if state.get("optimizer") is not None:
         opt.load_state_dict(state["optimizer"])
+    return model, opt
+
+
+def _train(
+    job: JobSpec, rank: int, model: torch.nn.Module, opt: Any, X: Any, y: Any
+) -> dict[str, Any]:
+    sync = make_sync(job.sync, model, job.average_every)
     Xt, yt = _tensor(X), _tensor(y)
     history = []
     report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):
-        history.append(_epoch(job, rank, epoch, sync.module, sync, opt, Xt, yt))
+        history.append(_epoch(job, rank, epoch, model, sync, opt, Xt, yt))
         if rank == 0:
             report(history)
         every = job.checkpoint_every
@@ -211,6 +219,16 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         # when the process group is made; a user's own setting is kept).
         os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
         options["device_id"] = device
+    # Before the process group exists: importing torch._dynamo brings in
+    # torch.distributed._shard, which keeps a default group that exists when it is
+    # imported alive for good, and destroy_process_group then leaves that group's store
+    # (rank 0's listens on every interface) and gloo's listener open in the worker. The
+    # first optimizer or DistributedDataParallel a process builds imports it (plain torch
+    # leaks so too; docs/training.md). Here, not at module level: the driver imports this
+    # module without training. The model and optimizer are built here too, in case the
+    # user's code imports more of torch.
+    importlib.import_module("torch._dynamo")
+    model, opt = _build(job, rank)
     _reset_group_names()
     dist.init_process_group(
         job.backend,
@@ -221,12 +239,6 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
         **options,
     )
     try:
-        # The model, DDP and optimizer live in _train's frame: freed when it returns, while
-        # the process group still exists (freeing DDP after it was destroyed has hung).
-        return _train(job, rank, X, y)
+        return _train(job, rank, model, opt, X, y)
     finally:
-        # DDP and its comm hook's state refer to each other: only the cycle collector
-        # frees them, and until it does they keep the process group, its store (listening
-        # on every interface) and gloo's sockets open in this worker after the job.
-        gc.collect()
         dist.destroy_process_group()

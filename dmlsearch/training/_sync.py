@@ -1,7 +1,8 @@
 """How the ranks of a data-parallel job keep their models in step (runs on workers).
 
-* ``allreduce`` (bulk-synchronous): :class:`~torch.nn.parallel.DistributedDataParallel`
-  averages the gradients of every step before the optimizer sees them.
+* ``allreduce`` (bulk-synchronous): after each backward pass the gradients, copied into
+  one flat buffer per dtype and device, are averaged by one all-reduce before the
+  optimizer sees them (what ``DistributedDataParallel`` did, without its reducer).
 * ``average`` (local SGD): each rank steps on its own gradients; the parameters (and
   floating buffers) are averaged every ``average_every`` steps and at the end of an epoch.
 
@@ -12,27 +13,14 @@ them) and count them (``rounds``). They reduce tensors where the model is (CPU o
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["Averaging", "GradientAllReduce", "make_sync", "settle"]
+from ..exceptions import NotSupportedError
 
-
-class _Counters:
-    """Seconds spent in collectives and how many rounds ran.
-
-    Apart from the sync object so that DDP's comm hook can hold it: the reducer keeps its
-    hook's state from C++, where the cycle collector cannot see it, so a state that
-    referred back to the DDP module would keep the module, its process group, the store
-    (listening on every interface) and gloo's sockets alive in the worker for good.
-    """
-
-    def __init__(self) -> None:
-        self.sync_seconds = 0.0
-        self.rounds = 0
+__all__ = ["Averaging", "GradientAllReduce", "broadcast_from_rank0", "make_sync", "settle"]
 
 
 class _Sync:
@@ -40,20 +28,11 @@ class _Sync:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.counters = _Counters()
+        self.sync_seconds = 0.0
+        self.rounds = 0
 
-    @property
-    def sync_seconds(self) -> float:
-        return self.counters.sync_seconds
-
-    @property
-    def rounds(self) -> int:
-        return self.counters.rounds
-
-    @property
-    def module(self) -> torch.nn.Module:
-        """The module to call forward on."""
-        return self.model
+    def after_backward(self) -> None:
+        """After a step's backward pass, before the optimizer steps."""
 
     def after_step(self, step: int) -> None:
         """After the optimizer's step ``step`` (0-based within the epoch)."""
@@ -69,39 +48,105 @@ def settle(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_allreduce(sync: _Counters, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
-    # Synchronous on purpose: the time is exactly the collective's, and gloo on CPU
-    # shares its cores with the backward pass anyway.
-    started = time.perf_counter()
-    buffer = bucket.buffer()
-    buffer.div_(dist.get_world_size())
-    dist.all_reduce(buffer)
-    settle(buffer.device)
-    sync.sync_seconds += time.perf_counter() - started
-    if bucket.is_last():
-        sync.rounds += 1
-    future: torch.futures.Future[Any] = torch.futures.Future()
-    future.set_result(buffer)
-    return future
+def _groups(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """``tensors`` by (dtype, device), each group in their order: a flat buffer holds one."""
+    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.dtype, t.device), []).append(t)
+    return list(groups.values())
 
 
-# DDP checks the hook's annotations as objects; postponed (string) ones fail its check.
-_timed_allreduce.__annotations__.update(
-    bucket=dist.GradBucket, sync=Any, **{"return": torch.futures.Future[torch.Tensor]}
-)
+def broadcast_from_rank0(tensors: Iterable[torch.Tensor]) -> None:
+    """Overwrite ``tensors`` (in place) with rank 0's: one broadcast per dtype and device."""
+    with torch.no_grad():
+        for group in _groups(tensors):
+            flat = torch.cat([t.reshape(-1) for t in group])
+            dist.broadcast(flat, src=0)
+            if dist.get_rank() != 0:
+                for t, part in zip(group, flat.split([t.numel() for t in group]), strict=True):
+                    t.copy_(part.view_as(t))
+
+
+class _GradBuffer:
+    """The gradients of parameters of one dtype and device in one preallocated tensor.
+
+    Laid out as every parameter's gradient, then one "used" count per parameter (1 where
+    this rank's backward pass gave it a gradient), so that one all-reduce also tells every
+    rank which parameters some rank used.
+    """
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.params = params
+        sizes = [p.numel() for p in params]
+        self.flat = torch.zeros(
+            sum(sizes) + len(params), dtype=params[0].dtype, device=params[0].device
+        )
+        self.grads = [
+            part.view_as(p)
+            for p, part in zip(params, self.flat[: sum(sizes)].split(sizes), strict=True)
+        ]
+        self.used = self.flat[sum(sizes) :]
+
+    def average(self, world_size: int) -> None:
+        """Replace each parameter's gradient by the mean of the ranks' (``None`` as zeros)."""
+        used = []
+        for p, part in zip(self.params, self.grads, strict=True):
+            if p.grad is None:
+                part.zero_()
+            elif p.grad.is_sparse:
+                raise NotSupportedError(
+                    "sync='allreduce' averages dense gradients only, and a parameter of "
+                    f"shape {tuple(p.shape)} has a sparse one (an Embedding with "
+                    "sparse=True?); use dense gradients or sync='average'"
+                )
+            else:
+                # Divided before the sum, as DDP's all-reduce did: the same rounding.
+                torch.div(p.grad, world_size, out=part)
+            used.append(0.0 if p.grad is None else 1.0)
+        self.used.copy_(torch.tensor(used, dtype=self.flat.dtype))
+        dist.all_reduce(self.flat)
+        for p, part, count in zip(self.params, self.grads, self.used.tolist(), strict=True):
+            if not count:
+                continue  # no rank used it: its gradient stays None, as under DDP
+            if p.grad is not None and p.grad.stride() != part.stride():
+                p.grad.copy_(part)  # keep the layout autograd chose (channels_last, say)
+            else:
+                # The buffer's slice becomes the gradient (no copy back): the next
+                # zero_grad() drops it, or zeroes it in place for the next backward.
+                p.grad = part
 
 
 class GradientAllReduce(_Sync):
-    """Bulk-synchronous: gradients averaged across ranks at every step (DDP)."""
+    """Bulk-synchronous: gradients averaged across ranks at every step.
+
+    Replaces ``DistributedDataParallel`` with the same semantics for this loop: parameters
+    and buffers broadcast from rank 0 at the start; gradients pre-divided by the world
+    size and summed; a parameter no rank used keeps no gradient, one that only some ranks
+    used gets the mean with zeros for the others; buffers (BatchNorm's running
+    statistics) are rank 0's at every forward pass. DDP's reducer, once freed, still kept
+    torch's store and gloo listening in the worker; plain collectives do not.
+    """
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model)
-        self.ddp = DistributedDataParallel(model)
-        self.ddp.register_comm_hook(self.counters, _timed_allreduce)
+        self.world_size = dist.get_world_size()
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.buffers = [_GradBuffer(group) for group in _groups(params)]
+        self.device = params[0].device if params else torch.device("cpu")
+        broadcast_from_rank0([p.detach() for p in model.parameters()] + list(model.buffers()))
 
-    @property
-    def module(self) -> torch.nn.Module:
-        return self.ddp
+    def after_backward(self) -> None:
+        started = time.perf_counter()
+        for buffer in self.buffers:
+            buffer.average(self.world_size)
+        # DDP broadcast rank 0's buffers before each forward pass; doing it after the
+        # step's all-reduce gives the next forward pass the same ones.
+        buffers = list(self.model.buffers())
+        if buffers:
+            broadcast_from_rank0(buffers)
+        settle(self.device)
+        self.sync_seconds += time.perf_counter() - started
+        self.rounds += 1
 
 
 class Averaging(_Sync):
@@ -126,8 +171,8 @@ class Averaging(_Sync):
             t.copy_(flat[offset : offset + n].view_as(t))
             offset += n
         settle(flat.device)
-        self.counters.sync_seconds += time.perf_counter() - started
-        self.counters.rounds += 1
+        self.sync_seconds += time.perf_counter() - started
+        self.rounds += 1
 
     def after_step(self, step: int) -> None:
         if (step + 1) % self.every == 0:

@@ -73,7 +73,7 @@ class DataParallelTrainer(BaseEstimator):
     ``loss_fn(output, target)`` the mean loss of a batch. ``batch_size`` is per rank; an
     epoch is ``(n // n_workers) // batch_size`` steps on every rank (the rest of a shard's
     rows sits that epoch out). ``sync``: ``"allreduce"`` (gradients averaged every step,
-    DistributedDataParallel) or ``"average"`` (local SGD, parameters averaged every
+    one flat-buffer all-reduce) or ``"average"`` (local SGD, parameters averaged every
     ``average_every`` steps and at each epoch's end) or ``"ssp"`` (a parameter server
     on a Dask actor; no rank more than ``staleness`` steps ahead of the slowest, ``None``:
     fully asynchronous).

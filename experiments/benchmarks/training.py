@@ -11,7 +11,7 @@ What is measured
       batch;
     * ``allreduce``: ``DataParallelTrainer(sync="allreduce", n_workers=2,
       batch_size=global batch / 2)`` on a 2-worker single-thread LocalCluster (gradients averaged every
-      step, DDP over gloo);
+      step, one flat-buffer all-reduce over gloo; DDP before 2026-12-04);
     * ``average K=8``: the same with ``sync="average", average_every=8`` (local SGD);
     * ``torch DDP``: the users' alternative without Dask, what ``torchrun`` would start: 2
       processes (``torch.multiprocessing``, spawned once per round), gloo on 127.0.0.1,
