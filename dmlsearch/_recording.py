@@ -44,7 +44,19 @@ _T = TypeVar("_T")
 _FIRST_BACKOFF = 0.5
 _MAX_BACKOFF = 15.0
 
-_PACKAGES = ("dmlsearch", "scikit-learn", "dask", "distributed", "optuna", "numpy", "pandas")
+#: Recorded with every experiment when installed (a package absent here is left out).
+_PACKAGES = (
+    "dmlsearch",
+    "scikit-learn",
+    "dask",
+    "distributed",
+    "optuna",
+    "numpy",
+    "pandas",
+    "xgboost",
+    "torch",
+    "skorch",
+)
 
 
 def data_fingerprint(X: Any, y: Any, groups: Any = None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import pickle
 import signal
@@ -377,6 +378,7 @@ def test_a_named_job_is_recorded_as_an_experiment_of_kind_train(
         assert exp.config["kind"] == "train" and exp.config["epochs"] == 2
         assert exp.config["sync"] == "allreduce" and exp.config["module"] == "Sequential"
         assert exp.data_fingerprint == data_fingerprint(X, y)
+        assert exp.package_versions["torch"] == importlib.metadata.version("torch")
         assert exp.cluster["workers"] == 2
         version = fitted.model_version_
         assert version is not None and version.lineage["experiment"] == "job"
