@@ -32,9 +32,17 @@ class SchedulerSection(_Section):
     @field_validator("state_store", mode="before")
     @classmethod
     def _state_store(cls, value: Any) -> Any:
-        # As SearchCV(state_store=...): "auto", false, or a folder/fsspec URL (not True).
-        if value is False or (isinstance(value, str) and value.strip()):
-            return value.strip() if isinstance(value, str) else value
+        # SearchCV's own rule ("auto", false, or a folder/fsspec URL); a file has no null.
+        from .._rung_store import check_state_store
+        from ..exceptions import InvalidParameterError
+
+        try:
+            check_state_store(value)
+        except InvalidParameterError:
+            pass
+        else:
+            if value is not None:
+                return value.strip() if isinstance(value, str) else value
         raise _err(
             f"expected auto, false, or a folder or fsspec URL every worker can read, got {value!r}"
         )

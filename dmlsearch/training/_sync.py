@@ -123,8 +123,7 @@ class GradientAllReduce(_Sync):
     and buffers broadcast from rank 0 at the start; gradients pre-divided by the world
     size and summed; a parameter no rank used keeps no gradient, one that only some ranks
     used gets the mean with zeros for the others; buffers (BatchNorm's running
-    statistics) are rank 0's at every forward pass. DDP's reducer, once freed, still kept
-    torch's store and gloo listening in the worker; plain collectives do not.
+    statistics) are rank 0's at every forward pass.
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
