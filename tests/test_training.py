@@ -17,17 +17,18 @@ import dask.array as da
 import numpy as np
 import pytest
 import torch
-from distributed import Client
+from distributed import Client, futures_of
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from dmlsearch._recording import data_fingerprint
-from dmlsearch.exceptions import InvalidParameterError, NotSupportedError, TrainingError
+from dmlsearch.exceptions import InvalidParameterError, TrainingError
 from dmlsearch.registry import Registry
 from dmlsearch.runner.gang import METADATA_KEY, alive_workers
 from dmlsearch.testing import local_cluster
 from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
 from dmlsearch.training import DataParallelTrainer
+from dmlsearch.training import _data as training_data
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -187,9 +188,45 @@ def test_dask_arrays_give_the_numpy_result(
     assert_weights(fitted.model_, local_sgd(X, y, epochs=2, every=None))
     with pytest.raises(InvalidParameterError, match="compute_chunk_sizes"):
         trainer(client).fit(Xd[Xd[:, 0] > 0], yd[Xd[:, 0] > 0])
+
+
+def test_dask_dataframes_give_the_numpy_result(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
     dd = pytest.importorskip("dask.dataframe")  # needs pandas and pyarrow
-    with pytest.raises(NotSupportedError, match="to_dask_array"):
-        trainer(client).fit(dd.from_array(X), y)
+    X, y = data
+    frame = dd.from_array(X, chunksize=41)
+    fitted = trainer(client).fit(frame, dd.from_array(y, chunksize=60))
+    assert_weights(fitted.model_, local_sgd(X, y, epochs=2, every=None))
+    words = frame.assign(label=frame[0].map(lambda v: "a" if v > 0 else "b", meta=(0, object)))
+    with pytest.raises(InvalidParameterError, match="numeric"):
+        trainer(client).fit(words, y)
+
+
+def test_ranks_run_where_their_persisted_rows_are(
+    client: Client, data: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    X, y = data
+    first, second = sorted(alive_workers(client))
+    half = N // 2  # rank 0's rows on the second worker, rank 1's on the first
+    parts = [client.scatter(X[:half], workers=[second]), client.scatter(X[half:], workers=[first])]
+    Xd = client.persist(
+        da.concatenate(
+            [
+                da.from_delayed(f, shape=(len(rows), D), dtype=X.dtype)
+                for f, rows in zip(parts, (X[:half], X[half:]), strict=True)
+            ]
+        )
+    )
+    client.gather(futures_of(Xd))  # computed where their parts are
+    assert {w for ws in client.who_has(Xd).values() for w in ws} == {first, second}
+    fitted = trainer(client).fit(Xd, y)
+    assert fitted.rank_workers_ == [second, first]
+    assert_weights(fitted.model_, local_sgd(X, y, epochs=2, every=None))
+    monkeypatch.setattr(training_data, "_EXACT_UP_TO", 1)  # the greedy way, for many ranks
+    assert training_data.rank_order(client, [first, second], Xd) == [second, first]
+    # Nothing persisted: the cluster's order is kept.
+    assert trainer(client).fit(da.from_array(X, chunks=37), y).rank_workers_ == [first, second]
 
 
 def test_shuffle_is_reproducible_with_random_state(

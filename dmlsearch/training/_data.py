@@ -1,22 +1,31 @@
 """The training data on the driver: checks, and each rank's shard placed on its worker.
 
-``X`` and ``y`` are NumPy arrays (scattered, one shard to each rank's worker) or Dask
-arrays (each shard computed on its rank's worker from the chunks, wherever they are: the
-rows never pass through the driver). Either way rank r of w holds rows
-``[r*n//w, (r+1)*n//w)``.
+``X`` and ``y`` are NumPy arrays (scattered, one shard to each rank's worker), Dask arrays
+or Dask dataframes / series (each shard computed on its rank's worker from the chunks,
+wherever they are: the rows never pass through the driver). Either way rank r of w holds
+rows ``[r*n//w, (r+1)*n//w)``. Where the chunks are already in the workers' memory
+(persisted), :func:`rank_order` gives each rank the worker that holds most of its rows, so
+that few rows move at all.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import dask
 import numpy as np
 from distributed import Client, Future
 
 from ..exceptions import InvalidParameterError, NotSupportedError
 
-__all__ = ["check_data", "head", "place_shards"]
+__all__ = ["check_data", "computed_on", "head", "place_shards", "rank_order"]
+
+#: Up to this many ranks every assignment of workers to ranks is tried; above, a greedy one.
+_EXACT_UP_TO = 7
 
 
 def _is_dask_array(a: Any) -> bool:
@@ -31,13 +40,48 @@ def _check_one(name: str, a: Any) -> Any:
                 f"a Dask array needs known row chunks, got {a.chunks[0][:3]}...; "
                 f"call {name}.compute_chunk_sizes() first",
             )
+        _check_numeric(name, a.dtype)
         return a
     if hasattr(a, "npartitions"):
+        return _check_one(name, _from_dataframe(name, a))
+    array = np.asarray(a)
+    _check_numeric(name, array.dtype)
+    return array
+
+
+def _from_dataframe(name: str, frame: Any) -> Any:
+    """A Dask dataframe or series as a Dask array with known row chunks (a pass on workers)."""
+    convert = getattr(frame, "to_dask_array", None)
+    if convert is None:
         raise NotSupportedError(
-            f"{name} is a Dask dataframe or series; pass a Dask array "
-            f"({name}.to_dask_array(lengths=True)) or a NumPy array"
+            f"{name} is a Dask collection with partitions but no to_dask_array(); pass a "
+            "Dask array, a Dask dataframe or series, or a NumPy array"
         )
-    return np.asarray(a)
+    # lengths=True counts each partition's rows where it lives: the shards need them.
+    return convert(lengths=True)
+
+
+def _check_numeric(name: str, dtype: Any) -> None:
+    if np.dtype(dtype).kind not in "fiub":
+        raise InvalidParameterError(
+            name,
+            f"{name} must be numeric (torch trains on numbers), got dtype {dtype}; encode "
+            "text or categorical columns as numbers first",
+        )
+
+
+@contextmanager
+def computed_on(client: Client | None) -> Iterator[None]:
+    """The checks' Dask computations (a dataframe's row counts, a first batch) on ``client``.
+
+    Without it they run on the default client if there is one, else in the driver's
+    threads: wrong for data persisted on a cluster whose client is not the default.
+    """
+    if client is None:
+        yield
+        return
+    with dask.config.set(scheduler=client):
+        yield
 
 
 def check_data(X: Any, y: Any, rows_needed: int) -> tuple[Any, Any]:
@@ -79,3 +123,63 @@ def place_shards(client: Client, workers: list[str], X: Any, y: Any) -> list[lis
                 futures.append(client.scatter(a[rows], workers=[worker], hash=False))
         shards.append(futures)
     return shards
+
+
+def _row_bytes_held(client: Client, X: Any, w: int) -> list[dict[str, float]]:
+    """Per rank, the bytes of its rows of ``X`` that each worker holds in memory."""
+    n = int(X.shape[0])
+    bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
+    row_bytes = X.dtype.itemsize * int(np.prod(X.shape[1:], dtype=np.int64))
+    keys = X.__dask_keys__()
+    who_has = client.who_has(X)
+    held: list[dict[str, float]] = [{} for _ in range(w)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        chunk_keys = list(_flatten(keys[i]))
+        for r in range(w):
+            lo, hi = max(a, r * n // w), min(b, (r + 1) * n // w)
+            if hi <= lo:
+                continue
+            share = (hi - lo) * row_bytes / len(chunk_keys)
+            for key in chunk_keys:
+                for worker in who_has.get(key, ()):
+                    held[r][worker] = held[r].get(worker, 0.0) + share
+    return held
+
+
+def _flatten(keys: Any) -> Any:
+    if isinstance(keys, list):
+        for k in keys:
+            yield from _flatten(k)
+    else:
+        yield keys
+
+
+def rank_order(client: Client, workers: list[str], X: Any) -> list[str]:
+    """``workers`` ordered so that rank r runs where most of its rows of ``X`` already are.
+
+    Only a Dask ``X`` whose chunks are in the workers' memory has a place; otherwise (and
+    on ties) the order is kept. Up to :data:`_EXACT_UP_TO` ranks the best assignment is
+    found exactly, above that greedily, rank by rank.
+    """
+    w = len(workers)
+    if w < 2 or not _is_dask_array(X):
+        return list(workers)
+    held = _row_bytes_held(client, X, w)
+    if not any(held):
+        return list(workers)
+
+    def local(order: tuple[str, ...]) -> float:
+        return sum(held[r].get(worker, 0.0) for r, worker in enumerate(order))
+
+    if w <= _EXACT_UP_TO:
+        best = tuple(workers)
+        for order in itertools.permutations(workers):
+            if local(order) > local(best):
+                best = order
+        return list(best)
+    free, greedy = list(workers), []
+    for r in range(w):
+        pick = max(free, key=lambda worker: held[r].get(worker, 0.0))
+        free.remove(pick)
+        greedy.append(pick)
+    return greedy

@@ -17,6 +17,7 @@ Dask dashboard's ``/dmlsearch`` page shows the job (ranks, epoch, loss, rows/s).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 import warnings
@@ -42,7 +43,7 @@ from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
 from ._checks import SYNCS, check_name, check_params, initial_model
-from ._data import check_data, place_shards
+from ._data import check_data, computed_on, place_shards, rank_order
 from ._device import DevicePlan, plan_devices, probe_workers
 from ._rank import JobSpec, free_port, train_rank
 from ._record import JobRecord, job_config, job_lineage, job_metrics
@@ -165,22 +166,33 @@ class DataParallelTrainer(BaseEstimator):
         return state
 
     def _prepare(
-        self, X: Any, y: Any, w: int, initial: torch.nn.Module | None = None
+        self,
+        X: Any,
+        y: Any,
+        w: int,
+        initial: torch.nn.Module | None = None,
+        client: Client | None = None,
     ) -> tuple[Any, Any, int, torch.nn.Module]:
-        """Everything checked on the driver for ``w`` ranks: the data, the seed, the model."""
+        """Everything checked on the driver for ``w`` ranks: the data, the seed, the model.
+
+        ``client``: where Dask ``X`` and ``y`` are (their row counts and first batch are
+        computed there); None: the default client's cluster.
+        """
         check_params(self)
-        Xa, ya = check_data(X, y, w * int(self.batch_size))
-        self.data_fingerprint_ = data_fingerprint(Xa, ya)
-        self.signature_ = input_signature(Xa)
-        seed = entropy_of(self.random_state) % (2**31 - 1)
-        model = initial_model(self, seed, Xa, ya, initial)
+        with computed_on(client):
+            Xa, ya = check_data(X, y, w * int(self.batch_size))
+            self.data_fingerprint_ = data_fingerprint(Xa, ya)
+            self.signature_ = input_signature(Xa)
+            seed = entropy_of(self.random_state) % (2**31 - 1)
+            model = initial_model(self, seed, Xa, ya, initial)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
         return Xa, ya, seed, model
 
     def fit(self, X: Any, y: Any) -> DataParallelTrainer:
-        """Train on ``(X, y)``: NumPy arrays, or Dask arrays with known chunks; returns self."""
-        Xa, ya, seed, model = self._prepare(X, y, int(self.n_workers))
+        """Train on ``(X, y)``: NumPy arrays, Dask arrays or dataframes; returns self."""
+        given = self.client if isinstance(self.client, Client) else None
+        Xa, ya, seed, model = self._prepare(X, y, int(self.n_workers), client=given)
         self.experiment_id_: int | None = None
         record: JobRecord | None = None
         with resolve_client(self.client) as client:
@@ -216,7 +228,7 @@ class DataParallelTrainer(BaseEstimator):
         ``model_fn()``. A rank that fails or whose worker leaves raises
         :class:`TrainingError`.
         """
-        Xa, ya, seed, model = self._prepare(X, y, gang.size, initial)
+        Xa, ya, seed, model = self._prepare(X, y, gang.size, initial, gang.client)
         start = _Start(state_bytes(0, model))
         silent = JobWatch(gang.client, None)
         results = self._run(gang.client, gang, Xa, ya, start, seed, silent)
@@ -346,6 +358,9 @@ class DataParallelTrainer(BaseEstimator):
         watch: JobWatch,
     ) -> list[dict[str, Any]]:
         n, w, b = int(X.shape[0]), gang.size, int(self.batch_size)
+        # The same workers, each rank where its persisted rows already are.
+        gang = dataclasses.replace(gang, workers=rank_order(client, gang.workers, X))
+        self.rank_workers_ = list(gang.workers)
         workers = alive_workers(client, running=False)
         plan = self._plan(client, gang)
         shards = place_shards(client, gang.workers, X, y)
