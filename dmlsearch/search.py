@@ -162,8 +162,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         data-parallel (``DataParallelTrainer``'s ranks, ``trainer__sync``) for
         ``dmlsearch.training.TorchClassifier``/``TorchRegressor``; other estimators are
         refused. A worker lost mid-training fails that trial within seconds and the search
-        goes on. See docs/ensembles.md (Boosting on a gang) and docs/training.md
-        (Data-parallel trials).
+        goes on. A torch estimator's own ``trainer__n_workers`` does not change how many
+        workers a trial's folds train on (this does); it makes the refit of
+        ``best_estimator_`` data-parallel. See docs/ensembles.md (Boosting on a gang) and
+        docs/training.md (Data-parallel trials).
     state_store : "auto", str or False
         With a scheduler: where workers copy each trial's fold models after a rung step,
         so a promotion on a worker without them (its holder died, or Dask ran it
@@ -383,8 +385,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         return scoring, refit_metric
 
     def _check_gang(self) -> None:
-        from .runner.gang_trials import check_workers_per_trial
+        from .runner.gang_trials import check_data_parallel_refit, check_workers_per_trial
 
+        if self.refit:
+            check_data_parallel_refit(self.estimator)
         if check_workers_per_trial(self.workers_per_trial, self.estimator) == 1:
             return
         for param, value, default in (

@@ -49,7 +49,13 @@ from .loop import RunStats
 from .trials import StrategySource, TrialKind
 from .units import DONE, WAIT, Unit, UnitPolicy
 
-__all__ = ["GangTrialRunner", "check_workers_per_trial", "dask_twin", "is_torch_estimator"]
+__all__ = [
+    "GangTrialRunner",
+    "check_data_parallel_refit",
+    "check_workers_per_trial",
+    "dask_twin",
+    "is_torch_estimator",
+]
 
 #: Seconds a fold's training may go on after a gang worker left before it is given up.
 LOSS_GRACE = 5.0
@@ -108,6 +114,18 @@ def check_workers_per_trial(workers_per_trial: Any, estimator: Any) -> int:
             "Use workers_per_trial=1 for any other estimator",
         )
     return int(k)
+
+
+def check_data_parallel_refit(estimator: Any) -> None:
+    """Before a search: a torch estimator with ``trainer__n_workers > 1`` is refitted on the
+    driver data-parallel (its trials train on ``workers_per_trial`` workers): everything that
+    refit needs but the data is checked now, not after the search."""
+    if not is_torch_estimator(estimator):
+        return
+    if int(estimator.trainer_options()["n_workers"]) > 1:
+        from ..training._gang_fold import check_data_parallel
+
+        check_data_parallel(estimator)
 
 
 def _parts(client: Client, workers: list[str], X: Any, y: Any) -> tuple[Any, Any]:

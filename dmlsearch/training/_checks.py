@@ -13,10 +13,27 @@ from ..exceptions import InvalidParameterError
 from ._data import head
 from ._device import check_device_params
 
-__all__ = ["SYNCS", "check_int", "check_name", "check_params", "check_sync", "initial_model"]
+__all__ = [
+    "SYNCS",
+    "TRAINER_DEFAULTS",
+    "check_int",
+    "check_name",
+    "check_params",
+    "check_sync",
+    "check_trainer_options",
+    "initial_model",
+]
 
 #: The synchronisation models ``sync`` accepts.
 SYNCS = ("allreduce", "average", "ssp")
+#: A torch estimator's data-parallel options (``trainer__<name>``), with their defaults.
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "n_workers": 1,
+    "client": None,
+    "sync": "allreduce",
+    "average_every": 1,
+    "staleness": None,
+}
 
 
 def check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
@@ -38,6 +55,35 @@ def check_sync(sync: Any, staleness: Any) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
     check_int("staleness", staleness, 0, none=True)
+
+
+def check_trainer_options(given: dict[str, Any]) -> dict[str, Any]:
+    """A torch estimator's ``trainer__*`` options with their defaults, or
+    InvalidParameterError naming the bad one."""
+    from distributed import Client
+
+    unknown = sorted(set(given) - set(TRAINER_DEFAULTS))
+    if unknown:
+        known = ", ".join(f"trainer__{k}" for k in TRAINER_DEFAULTS)
+        raise InvalidParameterError(
+            f"trainer__{unknown[0]}", f"unknown data-parallel option (known: {known})"
+        )
+    options = {**TRAINER_DEFAULTS, **given}
+    if options["sync"] not in SYNCS:
+        raise InvalidParameterError(
+            "trainer__sync", f"expected one of {', '.join(SYNCS)}, got {options['sync']!r}"
+        )
+    check_int("trainer__n_workers", options["n_workers"], 1)
+    check_int("trainer__average_every", options["average_every"], 1)
+    check_int("trainer__staleness", options["staleness"], 0, none=True)
+    client = options["client"]
+    if not (client is None or isinstance(client, (str, Client))):
+        raise InvalidParameterError(
+            "trainer__client",
+            "expected None (the current Dask client), a scheduler address or a "
+            f"distributed.Client, got {type(client).__name__}",
+        )
+    return options
 
 
 def check_params(trainer: Any) -> None:

@@ -8,26 +8,39 @@ its module, criterion and optimizer become a :class:`DataParallelTrainer`'s ``mo
 rank on each worker of the trial's gang with a per-rank batch of ``batch_size // k`` (the
 global batch stays ``batch_size``). The trained weights go back into the estimator's
 ``module_``: a fitted estimator that predicts as one fitted in one process does.
+
+A fit outside a search with ``trainer__n_workers=k`` (:func:`fit_data_parallel`) is the
+same fold on the whole ``X``: a gang of k workers reserved on ``trainer__client``'s
+cluster for the fit, then :func:`fit_fold`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from distributed import Client
+from sklearn.utils import check_random_state
 from skorch import NeuralNetClassifier
 from skorch.dataset import Dataset
+from torch.utils.data import DataLoader
 
 from ..exceptions import GangWorkerLostError, InvalidParameterError, TrainingError
-from ..runner.gang import Gang
+from ..runner.cluster import resolve_client
+from ..runner.gang import Gang, alive_workers, reserve
 from .estimators import _float32
 from .trainer import DataParallelTrainer
 
-__all__ = ["check_X", "check_estimator", "fit_fold"]
+__all__ = ["check_X", "check_data_parallel", "check_estimator", "fit_data_parallel", "fit_fold"]
+
+#: Seconds a collective of a data-parallel fit (and its ranks' rendezvous) may wait.
+FIT_TIMEOUT = 60.0
 
 #: Building a module seeds torch's global generator: one trial thread of the driver at a time.
 _INIT_LOCK = threading.Lock()
@@ -86,6 +99,8 @@ def _unused(net: Any) -> list[tuple[str, Any]]:
         found.append(("compile", net.compile))
     if net.dataset is not Dataset:
         found.append(("dataset", net.dataset))
+    if net.iterator_train is not DataLoader:
+        found.append(("iterator_train", net.iterator_train))
     for key, value in net.get_params(deep=False).items():
         loader = key.startswith("iterator_train__") and key != "iterator_train__shuffle"
         if loader or key.startswith("dataset__") or key == "optimizer__param_groups":
@@ -93,29 +108,30 @@ def _unused(net: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def check_estimator(net: Any, k: int) -> None:
-    """InvalidParameterError unless ``net`` can be trained on a gang of ``k`` workers."""
+def check_estimator(net: Any, k: int, setting: str = "workers_per_trial") -> None:
+    """InvalidParameterError unless ``net`` can be trained on a gang of ``k`` workers;
+    ``setting``: the parameter that asked for k (a search's, or ``trainer__n_workers``)."""
     net._check_params()
     b = net.batch_size
     if int(b) < k:
         raise InvalidParameterError(
             "batch_size",
-            f"batch_size={b} cannot be split over workers_per_trial={k} ranks: each rank "
+            f"batch_size={b} cannot be split over {setting}={k} ranks: each rank "
             f"trains on batch_size // {k} rows a step; use batch_size >= {k} (a multiple of "
-            f"{k} keeps the global batch exact) or workers_per_trial=1",
+            f"{k} keeps the global batch exact) or {setting}=1",
         )
     unused = _unused(net)
     if unused:
         name, value = unused[0]
         raise InvalidParameterError(
             name,
-            f"{name}={value!r} is not used by a data-parallel trial (workers_per_trial={k}): "
+            f"{name}={value!r} is not used by data-parallel training ({setting}={k}): "
             "its ranks run their own epoch loop over NumPy rows on CPU, without skorch's "
-            "callbacks, validation split or data loader; drop it or use workers_per_trial=1",
+            f"callbacks, validation split or data loader; drop it or use {setting}=1",
         )
 
 
-def check_X(X: Any) -> np.ndarray:
+def check_X(X: Any, setting: str = "workers_per_trial") -> np.ndarray:
     """``X`` as the float32 array a rank trains on, or InvalidParameterError."""
     array = _float32(X)
     if isinstance(array, torch.Tensor):
@@ -123,9 +139,9 @@ def check_X(X: Any) -> np.ndarray:
     if not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.ndim < 2:
         raise InvalidParameterError(
             "X",
-            "a data-parallel trial (workers_per_trial > 1) trains on a dense numeric array "
+            f"data-parallel training ({setting} > 1) takes a dense numeric array "
             f"(NumPy, pandas, a tensor) with one row per sample, got {type(X).__name__}; "
-            "densify it or use workers_per_trial=1",
+            f"densify it or use {setting}=1",
         )
     return array
 
@@ -165,8 +181,8 @@ def fit_fold(
     if len(Xf) < int(net.batch_size):
         raise InvalidParameterError(
             "batch_size",
-            f"a fold has {len(Xf)} training rows, fewer than batch_size={net.batch_size} "
-            "(the global batch of a data-parallel trial): lower batch_size",
+            f"{len(Xf)} training rows are fewer than batch_size={net.batch_size} (the "
+            f"global batch of data-parallel training on {gang.size} workers): lower batch_size",
         )
     seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
     with _INIT_LOCK:
@@ -185,3 +201,76 @@ def fit_fold(
         net.history.record("train_loss", entry["loss"])
         net.history.record("dur", entry["seconds"])
     return net
+
+
+def check_data_parallel(net: Any) -> int:
+    """``trainer__n_workers`` of a net whose ``fit`` trains on a gang, once everything but
+    the cluster and the data is checked (InvalidParameterError saying what to change)."""
+    k = int(net.trainer_options()["n_workers"])
+    check_estimator(net, k, "trainer__n_workers")
+    if net.warm_start:
+        raise InvalidParameterError(
+            "warm_start",
+            f"a data-parallel fit (trainer__n_workers={k}) trains all max_epochs from a "
+            "fresh start; set warm_start=False, or trainer__n_workers=1 to continue in one process",
+        )
+    if net.trainer_options()["client"] is None:
+        _current_client(k)
+    return k
+
+
+def _current_client(k: int) -> Client:
+    try:
+        found = Client.current()
+    except ValueError:
+        found = None
+    if found is None or found.status != "running":
+        raise InvalidParameterError(
+            "trainer__client",
+            f"trainer__n_workers={k} trains on a Dask cluster, but there is no current Dask "
+            "client: create a distributed.Client first, pass trainer__client= a Client or a "
+            "scheduler address, or set trainer__n_workers=1 to train in this process",
+        )
+    return found
+
+
+@contextlib.contextmanager
+def _fit_client(net: Any, k: int) -> Iterator[Client]:
+    """``trainer__client`` as a client (an address is connected to for the fit only)."""
+    given = net.trainer_options()["client"]
+    if given is None:
+        yield _current_client(k)
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(resolve_client(given))
+        except InvalidParameterError as exc:  # an address it cannot reach
+            message = str(exc).removeprefix("client: ")
+            raise InvalidParameterError("trainer__client", message) from None
+        yield client
+
+
+def fit_data_parallel(net: Any, X: Any, y: Any, fit_params: dict[str, Any]) -> Any:
+    """``net.fit(X, y)`` on a gang of ``trainer__n_workers`` workers; returns ``net`` fitted.
+
+    Everything is checked before a worker is reserved; the seed is drawn as a one-process
+    fit draws it (``random_state=None``: from NumPy's global generator).
+    """
+    k = check_data_parallel(net)
+    if fit_params:
+        raise InvalidParameterError(
+            "fit_params",
+            f"a data-parallel fit (trainer__n_workers={k}) takes no fit parameters, got "
+            f"{sorted(fit_params)}",
+        )
+    Xf = check_X(X, "trainer__n_workers")
+    with _fit_client(net, k) as client:
+        total = len(alive_workers(client, running=False))
+        if k > total:
+            raise InvalidParameterError(
+                "trainer__n_workers",
+                f"trainer__n_workers={k} but the cluster has {total} workers: ask for at most "
+                f"{total}, add workers, or set trainer__n_workers=1 to train in this process",
+            )
+        with reserve(client, k, name=f"{type(net).__name__}.fit") as gang:
+            return fit_fold(gang, net, Xf, y, check_random_state(None), FIT_TIMEOUT)

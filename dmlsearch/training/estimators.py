@@ -20,9 +20,12 @@ model can be the estimator of a ``SearchCV`` trial like any other:
 * ``get_params(deep=True)`` also lists the keyword parameters of the module's,
   optimizer's and criterion's constructors (``module__hidden``, ``optimizer__weight_decay``)
   so that a search space can name them without passing them first;
-* ``trainer__sync``, ``trainer__average_every``, ``trainer__staleness``: how a
-  ``SearchCV(workers_per_trial=k)`` trial keeps its k ranks in step (see
-  :class:`~dmlsearch.training.DataParallelTrainer`; unused by a one-process fit).
+* ``trainer__n_workers`` (default 1), ``trainer__client``: ``fit`` trains data-parallel
+  on a gang of that many Dask workers (:mod:`._gang_fold`) and the trained weights come
+  back into this net; ``trainer__sync``, ``trainer__average_every``,
+  ``trainer__staleness``: how the ranks keep in step (see
+  :class:`~dmlsearch.training.DataParallelTrainer`), in such a fit and in a
+  ``SearchCV(workers_per_trial=k)`` trial, whose k decides its folds' ranks.
 """
 
 from __future__ import annotations
@@ -34,19 +37,18 @@ from typing import Any, ClassVar
 import cloudpickle  # type: ignore[import-untyped]
 import numpy as np
 import torch
+from sklearn.base import clone
 from sklearn.utils import check_random_state
 from skorch import NeuralNet, NeuralNetClassifier, NeuralNetRegressor
 from skorch.utils import is_dataset
 
 from ..exceptions import InvalidParameterError
-from .trainer import SYNCS
+from ._checks import TRAINER_DEFAULTS, check_trainer_options
 
-__all__ = ["TorchClassifier", "TorchRegressor"]
+__all__ = ["TRAINER_DEFAULTS", "TorchClassifier", "TorchRegressor"]
 
 #: Defaults these estimators give skorch's ``**kwargs`` unless the caller sets them.
 _DEFAULT_KWARGS: dict[str, Any] = {"iterator_train__shuffle": True}
-#: The options of a data-parallel trial (``trainer__<name>``), with their defaults.
-TRAINER_DEFAULTS: dict[str, Any] = {"sync": "allreduce", "average_every": 1, "staleness": None}
 #: Constructor arguments never listed as ``<prefix>__<name>`` (set otherwise, or by skorch).
 _NOT_LISTED = {"self", "params", "lr"}
 
@@ -92,6 +94,17 @@ def _float32(X: Any) -> Any:
             return array.astype(np.float32)
         return array
     return X
+
+
+def _in_dask_task() -> bool:
+    """Whether this runs as a task on a Dask worker (a one-worker search trial)."""
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
 
 
 def _seed(base: int, epoch: int) -> int:
@@ -185,27 +198,7 @@ class _TorchEstimator:
     def trainer_options(self) -> dict[str, Any]:
         """The ``trainer__*`` options with their defaults; InvalidParameterError if bad."""
         given: dict[str, Any] = self.get_params_for("trainer")  # type: ignore[attr-defined]
-        unknown = sorted(set(given) - set(TRAINER_DEFAULTS))
-        if unknown:
-            known = ", ".join(f"trainer__{k}" for k in TRAINER_DEFAULTS)
-            raise InvalidParameterError(
-                f"trainer__{unknown[0]}", f"unknown data-parallel option (known: {known})"
-            )
-        options = {**TRAINER_DEFAULTS, **given}
-        if options["sync"] not in SYNCS:
-            raise InvalidParameterError(
-                "trainer__sync", f"expected one of {', '.join(SYNCS)}, got {options['sync']!r}"
-            )
-        every, staleness = options["average_every"], options["staleness"]
-        if not (_is_int(every) and int(every) >= 1):
-            raise InvalidParameterError(
-                "trainer__average_every", f"expected an int >= 1, got {every!r}"
-            )
-        if staleness is not None and not (_is_int(staleness) and int(staleness) >= 0):
-            raise InvalidParameterError(
-                "trainer__staleness", f"expected an int >= 0 or None, got {staleness!r}"
-            )
-        return options
+        return check_trainer_options(given)
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -219,11 +212,19 @@ class _TorchEstimator:
                 params.setdefault(f"trainer__{name}", default)
         return params
 
+    def __sklearn_clone__(self) -> Any:
+        # A trainer__client Client is a handle to a shared cluster: shared, never deepcopied.
+        params = self.get_params(deep=False)
+        shared = {k: params.pop(k) for k in ["trainer__client"] if k in params}
+        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()}, **shared)
+
     def __getstate__(self) -> dict[str, Any]:
         # skorch's own, with cloudpickle instead of pickle for the torch components: a
         # module class that reached a worker by value (defined in __main__ or a notebook)
         # cannot be pickled by reference there, and a rung step copies its fitted state.
         state = self.__dict__.copy()
+        if not isinstance(state.get("trainer__client"), (str, type(None))):
+            state["trainer__client"] = None  # a live Client: the current one once unpickled
         prefixes = tuple(getattr(self, "cuda_dependent_attributes_", ()))
         torch_attrs = {k: state.pop(k) for k in list(state) if k.startswith(prefixes)}
         state["__cuda_dependent_attributes__"] = cloudpickle.dumps(torch_attrs)
@@ -272,6 +273,28 @@ class _TorchEstimator:
         # 6 more gives the model of 9 epochs at once.
         torch.manual_seed(_seed(self.seed_, len(self.history)))
 
+    def _data_parallel(self) -> bool:
+        """Whether ``fit`` trains on a gang: ``trainer__n_workers > 1``, outside a Dask task
+        (a one-worker search trial trains in its worker's process, as its k=1 says)."""
+        return int(self.trainer_options()["n_workers"]) > 1 and not _in_dask_task()
+
+    def fit(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
+        if self._data_parallel():
+            from ._gang_fold import fit_data_parallel
+
+            return fit_data_parallel(self, X, y, fit_params)
+        return super().fit(X, y, **fit_params)  # type: ignore[misc]
+
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None, **fit_params: Any) -> Any:
+        if self._data_parallel():
+            raise InvalidParameterError(
+                "trainer__n_workers",
+                f"partial_fit trains in this process, but trainer__n_workers="
+                f"{self.trainer_options()['n_workers']}: call fit (all epochs data-parallel) "
+                "or set trainer__n_workers=1",
+            )
+        return super().partial_fit(X, y, classes=classes, **fit_params)  # type: ignore[misc]
+
     def _target(self, X: Any, y: Any) -> Any:
         return y
 
@@ -309,7 +332,7 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
         if known is not None:
             self.classes_inferred_ = known
 
-    def fit(self, X: Any, y: Any, **fit_params: Any) -> TorchClassifier:
+    def fit(self, X: Any, y: Any = None, **fit_params: Any) -> TorchClassifier:
         if not self.warm_start or not self.initialized_:
             self.__dict__.pop("classes_inferred_", None)
         super().fit(X, y, **fit_params)

@@ -1,0 +1,148 @@
+"""TorchClassifier/TorchRegressor(trainer__n_workers=k).fit: data-parallel outside a search."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse
+import torch
+from distributed import Client, LocalCluster
+from sklearn.base import clone
+from sklearn.metrics import log_loss
+from sklearn.model_selection import KFold
+from test_torch_gang_trials import MLP, rank_order, sgd_net
+
+from dmlsearch import InvalidParameterError, SearchCV
+from dmlsearch.training import TorchClassifier, TorchRegressor
+
+pytestmark = pytest.mark.cluster
+
+N, D, K = 240, 4, 2
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(N, D))
+    return X, np.where(X[:, 0] - X[:, 2] > 0, "up", "down")
+
+
+class Loader(torch.utils.data.DataLoader):
+    """A custom data loader: the ranks have their own."""
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for name, want in b.state_dict().items():
+        got = a.state_dict()[name]
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fit_on_two_workers_gives_a_fitted_net_on_the_driver(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    net = TorchClassifier(
+        MLP, lr=0.05, max_epochs=5, batch_size=32, random_state=0,
+        trainer__n_workers=K, trainer__client=client,
+    )  # fmt: skip
+    assert net.fit(X, y) is net
+    assert list(net.classes_) == ["down", "up"]
+    assert net.score(X, y) > 0.85  # chance is about 0.5
+    assert net.predict_proba(X).shape == (N, 2) and set(net.predict(X)) <= {"down", "up"}
+    assert [e["epoch"] for e in net.history] == [1, 2, 3, 4, 5]
+    assert net.history[-1, "train_loss"] < net.history[0, "train_loss"]
+    copy = clone(net)
+    assert copy.get_params()["trainer__n_workers"] == K
+    assert copy.trainer__client is client  # a handle to the cluster: shared, not copied
+    assert clone(copy).set_params(trainer__n_workers=1).get_params()["trainer__n_workers"] == 1
+    back = pickle.loads(pickle.dumps(net))
+    assert back.trainer__client is None and back.get_params()["trainer__n_workers"] == K
+    np.testing.assert_array_equal(back.predict_proba(X), net.predict_proba(X))
+    # Fitted again: the same random_state, the same model.
+    again = clone(net).fit(X, y)
+    assert_same_weights(again.module_, net.module_)
+
+
+def test_allreduce_equals_one_process_on_the_ranks_batches(
+    client: Client, cluster: LocalCluster, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    base = sgd_net(TorchClassifier, random_state=5)
+    rows = rank_order(N, K, base.batch_size)
+    single = clone(base).fit(X[rows], y[rows])
+    with client.as_current():  # trainer__client=None: the current client
+        fitted = clone(base).set_params(trainer__n_workers=K).fit(X, y)
+    assert_same_weights(fitted.module_, single.module_)
+    np.testing.assert_allclose(fitted.predict_proba(X), single.predict_proba(X), atol=1e-5)
+    # A regressor, its 1-D y, a scheduler address as the client.
+    target = X @ np.arange(1.0, D + 1)
+    reg = sgd_net(TorchRegressor, module__n_out=1, lr=0.05, random_state=3)
+    single = clone(reg).fit(X[rows], target[rows])
+    fitted = reg.set_params(trainer__n_workers=K, trainer__client=cluster.scheduler_address)
+    fitted.fit(X, target)
+    assert_same_weights(fitted.module_, single.module_)
+    assert fitted.predict(X).shape == (N,) and len(fitted.history) == 3
+
+
+def test_bad_input_is_refused_before_any_work(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    net = sgd_net(TorchClassifier, trainer__n_workers=K, trainer__client=client)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"trainer__n_workers": 0}, "trainer__n_workers: expected an int >= 1"),
+        ({"trainer__n_workers": 3}, "trainer__n_workers=3 but the cluster has 2 workers"),
+        ({"trainer__client": 42}, "trainer__client: expected None"),
+        ({"trainer__client": None}, "no current Dask client"),
+        ({"batch_size": 1}, "cannot be split over trainer__n_workers=2"),
+        ({"callbacks": [("x", None)]}, "callbacks=.*drop it or use trainer__n_workers=1"),
+        ({"train_split": lambda ds, y: (ds, ds)}, "train_split="),
+        ({"iterator_train": Loader}, "iterator_train="),
+        ({"iterator_train__num_workers": 2}, "iterator_train__num_workers="),
+        ({"warm_start": True}, "warm_start"),
+    ]
+    for params, text in cases:
+        candidate = clone(net).set_params(**params)
+        with pytest.raises(InvalidParameterError, match=text):
+            candidate.fit(X, y)
+        assert not candidate.initialized_
+    with pytest.raises(InvalidParameterError, match="no fit parameters"):
+        clone(net).fit(X, y, epochs=2)
+    with pytest.raises(InvalidParameterError, match="partial_fit trains in this process"):
+        clone(net).partial_fit(X, y)
+    with pytest.raises(InvalidParameterError, match=r"dense numeric array.*trainer__n_workers=1"):
+        clone(net).fit(scipy.sparse.csr_matrix(X), y)
+
+
+def test_a_search_trial_trains_on_workers_per_trial_and_the_refit_on_n_workers(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    base = sgd_net(TorchClassifier, random_state=5, trainer__n_workers=K, trainer__client=client)
+    cv = KFold(2)
+    search = SearchCV(
+        base, {"lr": [0.1]}, strategy="grid", cv=cv, scoring="neg_log_loss",
+        workers_per_trial=1, client=client, progress=False,
+    ).fit(X, y)  # fmt: skip
+    (trial,) = search.trials_
+    assert trial.state == "complete", trial.error
+    assert "+" not in trial.worker  # one worker: the trial's k=1 won over trainer__n_workers
+    one = clone(base).set_params(trainer__n_workers=1)
+    for (train, test), fold in zip(cv.split(X), trial.test_scores, strict=True):
+        net = clone(one).fit(X[train], y[train])  # in one process, as the trial trained
+        expected = -log_loss(y[test], net.predict_proba(X[test]), labels=net.classes_)
+        assert fold["score"] == pytest.approx(expected, rel=1e-4)
+    # best_estimator_ is refitted on the driver data-parallel, on trainer__client's cluster.
+    rows = rank_order(N, K, base.batch_size)
+    assert_same_weights(search.best_estimator_.module_, clone(one).fit(X[rows], y[rows]).module_)
+    # With no client for that refit, the search is refused before any trial.
+    lost = SearchCV(
+        clone(base).set_params(trainer__client=None), {"lr": [0.1]}, cv=2,
+        workers_per_trial=1, client=client, progress=False,
+    )  # fmt: skip
+    with pytest.raises(InvalidParameterError, match="no current Dask client"):
+        lost.fit(X, y)
+    assert not hasattr(lost, "trials_")
