@@ -16,6 +16,10 @@ What is measured
                  ``resource="partial_fit"`` (sgd) / ``"n_estimators"`` (xgb), ``cv=3``;
       dml-hb     dmlsearch ``SearchCV(scheduler="hyperband", min_resource=1,
                  max_resource=R, reduction_factor=3)``, same resource, ``cv=3``;
+      dml-asha-1split  dml-asha on Optuna's held-out split instead of 3 folds
+                 (``cv=StratifiedShuffleSplit(1, test_size=1/3, random_state=seed)``, the
+                 same rows as Optuna's split), ``max_total_resource`` 3 times dml-asha's:
+                 the same B, spent on 3 times the trials of one model each;
       daskml-hb  dask-ml ``HyperbandSearchCV(aggressiveness=3, test_size=1/3)`` (one
                  held-out split, ``partial_fit`` only: sgd only; it cannot train xgboost
                  rounds, so it is skipped there), ``max_iter`` chosen so that its budget is
@@ -88,7 +92,7 @@ from sklearn.model_selection import train_test_split
 ETA = 3
 N_FOLDS = 3
 HOLDOUT = 1 / 3  # the one-split peers' validation share: one CV fold's worth of rows
-DML = ("dml-asha", "dml-hb")
+DML = ("dml-asha", "dml-hb", "dml-asha-1split")
 PEERS = ("daskml-hb", "sk-halving", "optuna-hb")
 CONTENDERS = DML + PEERS
 
@@ -278,13 +282,24 @@ def final_score(w: Workload, params: dict[str, Any], resource: int, data: tuple[
 def run_dml(
     kind: str, w: Workload, data: tuple[Any, ...], seed: int, client: Any, budget: int
 ) -> dict[str, Any]:
+    from sklearn.model_selection import StratifiedShuffleSplit
+
     from dmlsearch import SearchCV
     from dmlsearch.schedulers import ASHA
 
     X_train, _, y_train, _ = data
-    per_fold = budget // (N_FOLDS * w.fold_rows())
+    # One split is Optuna's (and dask-ml's) held-out split, the same rows (train_test_split
+    # stratifies with this splitter); at one budget it trains 3 times the models of cv=3.
+    one_split = kind == "dml-asha-1split"
+    n_splits = 1 if one_split else N_FOLDS
+    cv: Any = (
+        StratifiedShuffleSplit(n_splits=1, test_size=HOLDOUT, random_state=seed)
+        if one_split
+        else N_FOLDS
+    )
+    per_fold = budget // (n_splits * w.fold_rows())
     kwargs: dict[str, Any]
-    if kind == "dml-asha":
+    if kind in ("dml-asha", "dml-asha-1split"):
         kwargs = {
             "scheduler": ASHA(1, w.R, ETA, max_total_resource=per_fold),
             "n_trials": per_fold,  # more than the budget can start: the budget ends it
@@ -301,7 +316,7 @@ def run_dml(
         dml_space(w.dims),
         strategy="random",
         resource=w.dml_resource,
-        cv=N_FOLDS,
+        cv=cv,
         refit=False,
         random_state=seed,
         client=client,
@@ -319,7 +334,7 @@ def run_dml(
     continued = int(np.sum(np.asarray(search.cv_results_["continued"], dtype=bool)))
     return {
         "wall": wall,
-        "budget": float(search.total_work_) * N_FOLDS * w.fold_rows(),
+        "budget": float(search.total_work_) * n_splits * w.fold_rows(),
         "native": f"{fmt(float(search.total_work_), 0)} {w.unit}s/fold",
         "trials": len(search.history_),
         "val": float(search.best_score_),
