@@ -131,9 +131,12 @@ def _invoke(url: str, *args: str | Path) -> Any:
     return result
 
 
-def _kill_after_checkpoint(file: Path, url: str, name: str) -> dict[str, Any]:
-    """Run FILE with its own cluster, SIGKILL it (and that cluster) once the registry
-    records the checkpoint of epoch AFTER; returns that checkpoint's record."""
+def _kill_after_checkpoint(
+    file: Path, url: str, name: str, sig: int = signal.SIGKILL
+) -> tuple[dict[str, Any], int, str]:
+    """Run FILE with its own cluster; once the registry records the checkpoint of epoch
+    AFTER, SIGKILL the driver and that cluster (or send ``sig`` to the driver alone).
+    Returns that checkpoint's record, the driver's exit code and its stderr."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "dmlsearch", "run", str(file), "--no-progress", "--registry", url],
         stdout=subprocess.PIPE,
@@ -154,9 +157,12 @@ def _kill_after_checkpoint(file: Path, url: str, name: str) -> dict[str, Any]:
             if checkpoint and checkpoint["epoch"] == AFTER:
                 break
             time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-        return dict(checkpoint)
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(sig)
+        code = proc.wait(timeout=120)
+        return dict(checkpoint), code, proc.communicate()[1]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -167,7 +173,8 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_which_gc_keeps(tmp_pat
     url = f"sqlite:///{tmp_path / 'r.db'}"
     cluster = "cluster:\n  local: {n_workers: 2, threads_per_worker: 1}\n"
     file = _experiment(tmp_path, "killed", "block", cluster=cluster)
-    checkpoint = _kill_after_checkpoint(file, url, "killed")
+    checkpoint, code, _ = _kill_after_checkpoint(file, url, "killed")
+    assert code == -signal.SIGKILL
 
     # The ranks stopped at the gate right after epoch AFTER's checkpoint: AFTER epochs ran.
     before = _steps(tmp_path, "killed")
@@ -219,6 +226,26 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_which_gc_keeps(tmp_pat
         assert registry.artifacts.problem(checkpoint["sha256"]) is not None
 
 
+def test_an_interrupted_job_is_recorded_so_and_resumes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    cluster = "cluster:\n  local: {n_workers: 2, threads_per_worker: 1}\n"
+    file = _experiment(tmp_path, "stopped", "block", cluster=cluster)
+    checkpoint, code, stderr = _kill_after_checkpoint(file, url, "stopped", signal.SIGINT)
+    assert code == 130, stderr
+    assert "`dmlsearch resume FILE` continues it from its last checkpoint" in stderr
+    shown = json.loads(_invoke(url, "show", "stopped", "--json").stdout)
+    assert shown["status"] == "interrupted"
+    assert shown["checkpoint"] == {"epoch": AFTER, "sha256": checkpoint["sha256"]}
+
+    (tmp_path / "gate").touch()
+    resumed = _cli(url, "resume", file, "--no-progress", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [e["epoch"] for e in json.loads(resumed.stdout)["epochs"]] == list(range(1, EPOCHS + 1))
+    assert len(_steps(tmp_path, "stopped")) == EPOCHS * STEPS * RANKS  # each epoch once
+    shown = json.loads(_invoke(url, "show", "stopped", "--json").stdout)
+    assert shown["status"] == "complete" and shown["checkpoint"] is None
+
+
 def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client: Client) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
     address = ["--set", f"cluster.address={client.scheduler.address}", "--no-progress"]
@@ -253,6 +280,11 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
     assert shown["status"] == "complete" and shown["checkpoint"] is None
     assert [r["epoch"] for r in shown["resumes"]] == [AFTER]
     assert len(_steps(tmp_path, "failing")) == EPOCHS * STEPS * RANKS  # each epoch once
+    page = tmp_path / "failing.html"
+    assert _invoke(url, "report", "failing", "-o", page).exit_code == 0
+    sha = shown["resumes"][0]["checkpoint"]
+    text = page.read_text(encoding="utf-8")
+    assert f"after epoch {AFTER}: resumed from checkpoint {sha[:12]} on {RANKS} worker(s)" in text
 
     # A finished job: nothing to resume, and no error.
     again = _invoke(url, "resume", file, *address)
