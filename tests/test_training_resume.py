@@ -253,7 +253,8 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
     failed = _invoke(url, "run", file, *address)
     assert failed.exit_code == 1, failed.output
     assert f"the last checkpoint is of epoch {AFTER}" in failed.stderr
-    assert _config(url, "failing")["checkpoint"]["epoch"] == AFTER
+    recorded = _config(url, "failing")
+    assert recorded["checkpoint"]["epoch"] == AFTER
 
     # A file changed since the job started is refused, naming what changed; the job keeps
     # its status and checkpoint.
@@ -268,8 +269,12 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
         assert refused.exit_code == 2, refused.output
         assert "cannot resume training job 'failing'" in refused.stderr and named in refused.stderr
         assert "Traceback" not in refused.output
+    # More workers than the cluster has: refused once the job is reopened, and undone.
+    too_many = _invoke(url, "resume", file, *address, "--set", "train.n_workers=5")
+    assert too_many.exit_code == 2 and "n_workers" in too_many.stderr, too_many.output
     with Registry(url, create=False) as registry:
-        assert registry.experiment("failing").status == "failed"
+        experiment = registry.experiment("failing")
+        assert experiment.status == "failed" and experiment.config == recorded
 
     (tmp_path / "gate").touch()
     resumed = _invoke(url, "resume", file, *address)

@@ -12,6 +12,7 @@ figures), which keeps the checkpoint's blob from the garbage collector and is wh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import numbers
@@ -112,7 +113,7 @@ class JobRecord:
     """The experiment a training job is recorded as, from its start to its status.
 
     ``config`` is the experiment's as this process last wrote it; ``previous`` the status
-    it had before a resume reopened it (None for a new job).
+    and config it had before a resume reopened it (None for a new job).
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class JobRecord:
         experiment_id: int,
         name: str,
         config: dict[str, Any],
-        previous: str | None = None,
+        previous: tuple[str, dict[str, Any]] | None = None,
     ) -> None:
         self.registry = registry
         self.id = experiment_id
@@ -167,6 +168,15 @@ class JobRecord:
         self.config["resumes"] = [*self.config.get("resumes", []), dict(resumed)]
         self.registry.store.set_experiment_config(self.id, self.config)
         self.registry.store.set_experiment_status(self.id, "running")
+
+    def refused(self) -> None:
+        """Undo :meth:`restart` for a resume refused before any rank ran; never raises."""
+        if self.previous is None:  # a new job: nothing was reopened
+            return
+        status, self.config = self.previous[0], dict(self.previous[1])
+        with contextlib.suppress(Exception):  # close() warns if the registry is gone
+            self.registry.store.set_experiment_config(self.id, self.config)
+        self.close(status)
 
     def checkpoint(self, checkpoint: Any) -> None:
         """Record ``checkpoint`` as the job's last, the one a resume starts from; never

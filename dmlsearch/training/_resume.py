@@ -113,7 +113,8 @@ def reopen_job(
             "under another experiment_name (or delete it first)",
         )
     kept = {k: exp.config[k] for k in ("checkpoint", "resumes") if k in exp.config}
-    record = JobRecord(registry, exp.id, exp.name, {**config, **kept}, previous=exp.status)
+    previous = (exp.status, dict(exp.config))
+    record = JobRecord(registry, exp.id, exp.name, {**config, **kept}, previous=previous)
     last = kept.get("checkpoint")
     if not isinstance(last, dict):
         return record, None

@@ -268,8 +268,8 @@ class DataParallelTrainer(BaseEstimator):
             return results, start, k
         except InvalidParameterError:
             if record is not None and record.previous is not None:
-                # A resume refused before any rank ran: the job keeps the status it had.
-                record.close(record.previous)
+                # A resume refused before any rank ran: the job is left as it was.
+                record.refused()
                 record = None
             elif record is not None and self.checkpoint_ is None and not self.resumed_:
                 # Refused before any rank ran (more workers than the cluster has): the
