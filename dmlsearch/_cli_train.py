@@ -32,28 +32,37 @@ def run_training_job(
     cfg: Any,
     registry: str | None,
     *,
+    resume: bool,
     progress: bool,
     json_: bool,
     overwrite: bool,
     on_overwrite: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Train as the file's ``train:`` section says; print the epochs and the version."""
+    """Train as the file's ``train:`` section says (``resume``: the rest of the job, from
+    its last checkpoint); print the epochs and the version."""
     from .config import run_training
+    from .exceptions import JobCompleteError
 
     start = time.perf_counter()
     try:
         trainer = run_training(
             cfg,
+            resume=resume,
             progress=progress,
             registry_url=registry,
             overwrite=overwrite,
             on_overwrite=on_overwrite,
         )
+    except JobCompleteError as exc:
+        # As a resumed search with every trial recorded: nothing left to do is no error.
+        typer.echo(f"{exc}; `dmlsearch show {exc.experiment}` for its model", err=True)
+        if json_:
+            _echo_json({"experiment": exc.experiment, "kind": JOB_KIND, "complete": True})
+        return
     except KeyboardInterrupt:
-        # Not the search's message: a training job is not resumed.
         raise _fail(
-            "interrupted; the job is recorded as interrupted, `dmlsearch run --overwrite FILE` "
-            "trains it again",
+            "interrupted; the job is recorded as interrupted, `dmlsearch resume FILE` "
+            "continues it from its last checkpoint",
             130,
         ) from None
     elapsed = time.perf_counter() - start
@@ -69,6 +78,7 @@ def run_training_job(
         "epochs": history,
         "final_loss": history[-1]["loss"],
         "model": None if version is None else {"name": version.model, "version": version.version},
+        "resumed": _resume_of(trainer),
     }
     if json_:
         _echo_json(result)
@@ -79,12 +89,33 @@ def run_training_job(
         f"workers (sync {trainer.sync}) in {elapsed:.1f}s; final loss "
         f"[bold]{_cell(result['final_loss'])}[/bold]"
     )
+    if result["resumed"] is not None:
+        console.print(_resumed_line(result["resumed"], len(history)))
     _epochs_table(history, f"epochs of {cfg.name}")
     if version is not None:
         console.print(
             f"registered model {version.model} v{version.version}; "
             f"`dmlsearch show {cfg.name}` for the job"
         )
+
+
+def _resume_of(trainer: Any) -> dict[str, Any] | None:
+    """This run's resume of the job (``epoch``, ``checkpoint``), or None for a new job."""
+    resumed = [r for r in trainer.resumed_ if "checkpoint" in r]
+    return None if not resumed else {k: resumed[0][k] for k in ("epoch", "checkpoint")}
+
+
+def _resumed_from(resumed: dict[str, Any]) -> str:
+    """Where a resume started: ``from the checkpoint of epoch 2 (ab12...)``."""
+    if resumed.get("checkpoint") is None:
+        return "with no checkpoint recorded, from epoch 0"
+    return f"from the checkpoint of epoch {resumed['epoch']} ({str(resumed['checkpoint'])[:12]})"
+
+
+def _resumed_line(resumed: dict[str, Any], epochs: int) -> str:
+    first = int(resumed["epoch"])
+    done = f"epochs {first + 1}..{epochs} trained now" if first < epochs else "none left to train"
+    return f"resumed {_resumed_from(resumed)}: {done}"
 
 
 def _job_versions(reg: Any, exp: Any) -> list[dict[str, Any]]:
@@ -106,7 +137,13 @@ def _job_versions(reg: Any, exp: Any) -> list[dict[str, Any]]:
 def show_training_job(reg: Any, exp: Any, json_: bool) -> None:
     """``dmlsearch show`` of a training job: its settings and its model version(s)."""
     versions = _job_versions(reg, exp)
-    config = {k: v for k, v in exp.config.items() if k != "source"}
+    hidden = ("source", "checkpoint", "resumes")
+    config = {k: v for k, v in exp.config.items() if k not in hidden}
+    last = exp.config.get("checkpoint")
+    checkpoint = (
+        None if not isinstance(last, dict) else {k: last.get(k) for k in ("epoch", "sha256")}
+    )
+    resumes = list(exp.config.get("resumes", []))
     if json_:
         _echo_json(
             {
@@ -115,6 +152,8 @@ def show_training_job(reg: Any, exp: Any, json_: bool) -> None:
                 "status": exp.status,
                 "kind": JOB_KIND,
                 "config": config,
+                "checkpoint": checkpoint,
+                "resumes": resumes,
                 "models": versions,
             }
         )
@@ -124,6 +163,13 @@ def show_training_job(reg: Any, exp: Any, json_: bool) -> None:
         f"{config.get('epochs')} epochs on {config.get('n_workers')} workers, "
         f"sync {config.get('sync')}"
     )
+    for r in resumes:
+        typer.echo(f"resumed {_resumed_from(r)}")
+    if checkpoint is not None:
+        typer.echo(
+            f"last checkpoint: epoch {checkpoint['epoch']} ({str(checkpoint['sha256'])[:12]}); "
+            "`dmlsearch resume FILE` continues from it"
+        )
     if not versions:
         typer.echo("no model registered from it")
         return

@@ -446,22 +446,11 @@ def _run(
 
     if cfg.train is not None:
         from ._cli_train import run_training_job
-        from .config import ConfigError, Problem
 
-        if resume:
-            raise ConfigError(
-                [
-                    Problem(
-                        "train",
-                        "a training job cannot be resumed; `dmlsearch run --overwrite` "
-                        "trains it again from the start",
-                    )
-                ],
-                str(file),
-            )
         run_training_job(
             cfg,
             registry,
+            resume=resume,
             progress=progress,
             json_=json_,
             overwrite=overwrite,

@@ -11,6 +11,7 @@ __all__ = [
     "GangError",
     "GangWorkerLostError",
     "InvalidParameterError",
+    "JobCompleteError",
     "NoWorkersError",
     "NotSupportedError",
     "SchedulerLostError",
@@ -49,6 +50,17 @@ class TrialTimeoutError(DmlsearchError):
     Deliberately not a ``TimeoutError`` (an ``OSError``): ``except OSError`` in an
     estimator's own code must not swallow it.
     """
+
+
+class JobCompleteError(DmlsearchError):
+    """A training job asked to resume has finished already: there is nothing to train.
+
+    ``experiment`` names it. Not a failure: ``dmlsearch resume`` says so and exits 0.
+    """
+
+    def __init__(self, experiment: str, message: str) -> None:
+        self.experiment = experiment
+        super().__init__(message)
 
 
 class NoWorkersError(DmlsearchError, RuntimeError):

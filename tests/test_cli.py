@@ -274,9 +274,11 @@ def test_a_training_job_runs_is_shown_and_listed(in_tmp: Path, client: Client) -
         net = registry.load_model("mlp-blobs", module=models.mlp(20, 64, 3))
         assert net[0].in_features == 20
 
-    # Again: refused before any cluster starts; a training job is not resumed.
+    # Again: refused before any cluster starts; a finished job has nothing to resume.
     assert_clean_failure(invoke("run", example, *common), 2, "already exists", "--overwrite")
-    assert_clean_failure(invoke("resume", example, *common), 2, "cannot be resumed")
+    finished = invoke("resume", example, *common)
+    assert finished.exit_code == 0, finished.output
+    assert "training job 'mlp-blobs' is already complete" in finished.stderr
     again = invoke("run", example, *common, "--set", "train.epochs=2", "--overwrite")
     assert again.exit_code == 0, again.output
     assert "deleted the previous experiment 'mlp-blobs'" in again.stderr

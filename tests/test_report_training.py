@@ -177,7 +177,7 @@ def test_report_of_a_trained_job_and_of_a_failed_one(
     assert page.field("Summary", "status")[0].startswith("failed (ended with an error:")
     assert page.field("Summary", "model versions") == ["0"]
     assert "No model version in this registry was registered from this job: it failed" in text
-    assert "Registry.gc()" in text
+    assert "No checkpoint is recorded: <code>dmlsearch resume FILE</code> would train" in text
     assert page.sections["Model versions"] == [] and page.images == {}
     assert page.sections["Epochs"] == [] and "No epochs recorded (no model version)." in text
     assert page.field("Training", "epochs") == ["3", "(no version)"]
@@ -231,5 +231,5 @@ def test_elastic_resumes_are_listed_and_marked(registry: Registry, tmp_path: Pat
         "after epoch 2: worker tcp://10.0.0.2:4000 lost, 1 worker(s) after",
     ]
     assert page.sections["Epochs"][0][0][-1] == "max lag (ssp)"
-    assert "Dashed: the 1 elastic resume(s)" in text
+    assert "Dashed: the 1 resume(s)" in text
     assert page.field("Summary", "time in sync (s)") == ["0.4 (20.0% of it)"]

@@ -47,6 +47,13 @@ def _taken(cfg: ExperimentConfig, registry: Any, overwrite: bool, resume_hint: s
     return True
 
 
+def _one_of(resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise ConfigError(
+            [Problem("", "resume continues an experiment and overwrite deletes it: pick one")]
+        )
+
+
 def _delete(
     cfg: ExperimentConfig,
     registry: Any,
@@ -77,10 +84,7 @@ def run_experiment(
     registered version are passed to ``on_ensemble`` once registered.
     """
     _search_of(cfg)  # a training job's file: refused before anything starts
-    if resume and overwrite:
-        raise ConfigError(
-            [Problem("", "resume continues an experiment and overwrite deletes it: pick one")]
-        )
+    _one_of(resume, overwrite)
     with make_registry(cfg, registry_url) as registry:
         exists = not resume and _taken(
             cfg, registry, overwrite, "`dmlsearch resume` continues it, "
@@ -126,6 +130,7 @@ def _select_ensemble(
 def run_training(
     cfg: ExperimentConfig,
     *,
+    resume: bool = False,
     progress: bool | None = None,
     registry_url: str | None = None,
     overwrite: bool = False,
@@ -137,16 +142,26 @@ def run_training(
     as ``train.model_name`` (default ``name``), linked to it. A name the registry already
     holds is refused before any cluster starts, unless ``overwrite=True`` (then it is
     deleted once the data is loaded and the cluster is open, as :func:`run_experiment`
-    does). With ``progress`` (default: when stderr is a terminal), the Dask dashboard's
-    links are printed on stderr: its ``/dmlsearch`` page shows the job live.
+    does); ``resume=True`` continues that job from its last checkpoint instead (a job
+    that is not there, or a search's, is refused, and a finished one raises
+    JobCompleteError, before any cluster starts). With ``progress`` (default: when stderr
+    is a terminal), the Dask dashboard's links are printed on stderr: its ``/dmlsearch``
+    page shows the job live.
     """
     from ..dashboard import page_link
     from ..progress import make_progress
     from ..runner.cluster import resolve_client
 
     _train_of(cfg)  # a search's file: refused before anything starts
+    _one_of(resume, overwrite)
     with make_registry(cfg, registry_url) as registry:
-        exists = _taken(cfg, registry, overwrite)
+        if resume:
+            from ..training._resume import check_resumable
+
+            check_resumable(registry, cfg.name)
+        exists = not resume and _taken(
+            cfg, registry, overwrite, "`dmlsearch resume` continues it, "
+        )
         X, y = load_data(cfg)
         with open_client(cfg) as opened, resolve_client(opened) as client:
             if exists:
@@ -156,6 +171,6 @@ def run_training(
                 shown = make_progress(progress)
                 shown.message(f"Dask dashboard: {link}")
                 shown.message(f"dmlsearch page: {page_link(link)}")
-            trainer = build_trainer(cfg, client=client, registry=registry)
+            trainer = build_trainer(cfg, client=client, registry=registry, resume=resume)
             trainer.fit(X, y)
     return trainer

@@ -285,9 +285,10 @@ def build_search(
 
 
 def build_trainer(
-    cfg: ExperimentConfig, *, client: Any = None, registry: Any = None
+    cfg: ExperimentConfig, *, client: Any = None, registry: Any = None, resume: bool = False
 ) -> DataParallelTrainer:
-    """A ``DataParallelTrainer`` as ``train`` describes it, recorded as experiment ``name``.
+    """A ``DataParallelTrainer`` as ``train`` describes it, recorded as experiment ``name``
+    (``resume``: continuing that job from its last checkpoint).
 
     ``client``: what :func:`open_client` yielded (None: the default client, else an
     embedded LocalCluster). ``registry``: where the job is recorded and its model registered
@@ -302,6 +303,7 @@ def build_trainer(
         registry=registry,
         model_name=train.model_name or cfg.name,
         experiment_name=cfg.name,
+        resume=resume,
     )
 
 

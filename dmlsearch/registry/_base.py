@@ -261,6 +261,14 @@ class RegistryStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def set_experiment_config(self, experiment_id: int, config: Mapping[str, Any]) -> None:
+        """Replace the experiment's ``config`` (a training job records its last checkpoint
+        there: ``config["checkpoint"]["sha256"]`` is referenced, see ``referenced_artifacts``).
+
+        Raises NotFoundError if the experiment does not exist.
+        """
+
+    @abc.abstractmethod
     def delete_experiment(self, name_or_id: str | int) -> int:
         """Delete an experiment and all its trials in one transaction; return the trial count.
 
@@ -400,7 +408,9 @@ class RegistryStore(abc.ABC):
 
     @abc.abstractmethod
     def referenced_artifacts(self) -> set[str]:
-        """The sha256 of every artifact some version still references (for GC)."""
+        """The sha256 of every artifact some version still references (for GC), and of the
+        checkpoint an experiment's ``config["checkpoint"]`` records (an unfinished training
+        job's, which ``dmlsearch resume`` continues from)."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -766,6 +766,17 @@ class SQLStore(RegistryStore):
             if result.rowcount == 0:
                 raise NotFoundError(f"no experiment with id {experiment_id!r}")
 
+    def set_experiment_config(self, experiment_id: int, config: Mapping[str, Any]) -> None:
+        check_mapping("config", config, "the experiment's config", optional=False)
+        with self._transaction(write=True) as conn:
+            result = conn.execute(
+                experiments.update()
+                .where(experiments.c.id == experiment_id)
+                .values(config=_dumps(dict(config)))
+            )
+            if result.rowcount == 0:
+                raise NotFoundError(f"no experiment with id {experiment_id!r}")
+
     def delete_experiment(self, name_or_id: str | int) -> int:
         _check_experiment_key("name_or_id", name_or_id)
         column = experiments.c.name if isinstance(name_or_id, str) else experiments.c.id
@@ -1277,4 +1288,13 @@ class SQLStore(RegistryStore):
 
     def referenced_artifacts(self) -> set[str]:
         with self._transaction(write=False) as conn:
-            return set(conn.execute(sa.select(model_versions.c.sha256).distinct()).scalars())
+            shas = set(conn.execute(sa.select(model_versions.c.sha256).distinct()).scalars())
+            # Only a training job's config records a checkpoint; LIKE spares parsing the rest.
+            configs = conn.execute(
+                sa.select(experiments.c.config).where(experiments.c.config.like('%"checkpoint"%'))
+            ).scalars()
+            for text in configs:
+                checkpoint = _loads(text).get("checkpoint")
+                if isinstance(checkpoint, dict) and isinstance(checkpoint.get("sha256"), str):
+                    shas.add(checkpoint["sha256"])
+        return shas

@@ -91,6 +91,13 @@ def _sync_text(sync: Any, params: Mapping[str, Any]) -> str:
 
 
 def _resume_text(r: Mapping[str, Any]) -> str:
+    if "checkpoint" in r:  # dmlsearch resume (DataParallelTrainer(resume=True))
+        sha = r.get("checkpoint")
+        source = "no checkpoint" if sha is None else f"checkpoint {str(sha)[:12]}"
+        return (
+            f"after epoch {_text(r.get('epoch'))}: resumed from {source} "
+            f"on {_text(r.get('n_workers'))} worker(s)"
+        )
     return (
         f"after epoch {_text(r.get('epoch'))}: worker {_text(r.get('worker'))} lost, "
         f"{_text(r.get('n_workers'))} worker(s) after"
@@ -174,9 +181,28 @@ def _summary(job: Job) -> str:
     if history:
         rows.append(["final loss", history[-1].get("loss", "-")])
     rows += _time_rows(history)
+    resumes = exp.config.get("resumes")
+    if isinstance(resumes, list) and resumes:
+        rows.append(["resumed", "; ".join(_resume_text(r) for r in resumes if isinstance(r, dict))])
     rows.append(["data fingerprint", exp.data_fingerprint or "-"])
     rows += _cluster_rows(exp)
     return _table(["field", "value"], rows, "summary")
+
+
+def _checkpoint_text(exp: ExperimentRecord) -> str:
+    """The unfinished job's recorded checkpoint, what a resume starts from."""
+    last = exp.config.get("checkpoint")
+    if not isinstance(last, dict):
+        return (
+            "No checkpoint is recorded: <code>dmlsearch resume FILE</code> would train it "
+            "from epoch 0."
+        )
+    return (
+        f"Its last checkpoint (epoch {html.escape(_text(last.get('epoch')))}, sha256 "
+        f"{html.escape(str(last.get('sha256'))[:12])}) is recorded with the job: "
+        "<code>dmlsearch resume FILE</code> continues from it, and <code>Registry.gc()</code> "
+        "keeps it until the job completes or is deleted."
+    )
 
 
 def _no_version(job: Job) -> str:
@@ -187,13 +213,12 @@ def _no_version(job: Job) -> str:
         "complete": "it completed, but registering failed (fit warned 'model_ was not "
         "registered') or its versions were deleted since",
     }.get(job.exp.status, f"its status is {job.exp.status}")
+    unfinished = "" if job.exp.status == "complete" else " " + _checkpoint_text(job.exp)
     return (
         f"<p>No model version in this registry was registered from this job: {html.escape(why)}. "
-        "The registry keeps what a job ran (its epochs, world size, resumes) only in a "
+        "The registry keeps what a job ran (its epochs, world size, resumes) in a "
         "registered version's lineage, so this report has no epochs to show; the settings "
-        "above are what was asked. Any checkpoints the job took are blobs in the registry's "
-        "artifact store that no record names: they are not listed here, and "
-        "<code>Registry.gc()</code> removes them once older than its grace period.</p>"
+        f"above are what was asked.{unfinished}</p>"
     )
 
 

@@ -1,4 +1,4 @@
-"""A training job's figures: loss and throughput per epoch, elastic resumes marked."""
+"""A training job's figures: loss and throughput per epoch, resumes marked."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _mark_resumes(ax: Axes, resumed: Sequence[Mapping[str, Any]]) -> None:
             color=_RESUME_COLOUR,
             linestyle="--",
             linewidth=1.0,
-            label=None if i else "elastic resume",
+            label=None if i else "resume",
         )
 
 
@@ -85,8 +85,9 @@ def _resume_caption(resumed: Sequence[Mapping[str, Any]]) -> str:
     if not resumed:
         return ""
     return (
-        f" Dashed: the {len(resumed)} elastic resume(s), each after the epoch it resumed from "
-        "(the last checkpoint); the epochs after it were trained on the workers left."
+        f" Dashed: the {len(resumed)} resume(s), each after the epoch it resumed from "
+        "(the last checkpoint): an elastic fit's on the workers left after a loss, a "
+        "`dmlsearch resume` after its driver was lost."
     )
 
 

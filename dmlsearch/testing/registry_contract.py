@@ -180,6 +180,13 @@ class StoreContract:
         store.set_experiment_status(exp.id, "finished")
         assert store.get_experiment(exp.id).status == "finished"
 
+    def test_set_experiment_config(self, store: RegistryStore) -> None:
+        exp = store.create_experiment("exp", config={"a": 1})
+        store.set_experiment_config(exp.id, {"a": 2, "b": [1, 2]})
+        assert store.get_experiment("exp").config == {"a": 2, "b": [1, 2]}
+        with pytest.raises(NotFoundError):
+            store.set_experiment_config(exp.id + 1000, {})
+
     def test_get_or_create_experiment(self, store: RegistryStore) -> None:
         first = store.get_or_create_experiment("exp", config={"a": 1})
         second = store.get_or_create_experiment("exp", config={"a": 2})
@@ -638,6 +645,18 @@ class StoreContract:
         store.delete_model_version("clf", a.version)
         assert store.referenced_artifacts() == {"a" * 64}  # still used by "other"
         store.delete_model_version("other", 1)
+        assert store.referenced_artifacts() == set()
+
+    def test_an_experiments_recorded_checkpoint_is_referenced(self, store: RegistryStore) -> None:
+        # An unfinished training job's last checkpoint must survive garbage collection.
+        exp = store.create_experiment("job", config={"kind": "train", "checkpoint_every": 1})
+        assert store.referenced_artifacts() == set()
+        store.set_experiment_config(exp.id, {"kind": "train", "checkpoint": {"sha256": "c" * 64}})
+        assert store.referenced_artifacts() == {"c" * 64}
+        store.set_experiment_config(exp.id, {"kind": "train"})  # the job finished
+        assert store.referenced_artifacts() == set()
+        store.set_experiment_config(exp.id, {"kind": "train", "checkpoint": {"sha256": "d" * 64}})
+        store.delete_experiment(exp.id)
         assert store.referenced_artifacts() == set()
 
     def test_records_are_snapshots(self, store: RegistryStore) -> None:

@@ -16,7 +16,7 @@ from distributed import Client, Variable
 from ..exceptions import TrainingError
 from ..registry.artifacts import ArtifactIntegrityError
 
-__all__ = ["Checkpoint", "CheckpointInbox", "state_bytes", "state_from_bytes"]
+__all__ = ["Checkpoint", "CheckpointInbox", "Start", "state_bytes", "state_from_bytes"]
 
 logger = logging.getLogger("dmlsearch")
 
@@ -60,6 +60,15 @@ def state_from_bytes(data: bytes) -> dict[str, Any]:
     on CPU."""
     state: dict[str, Any] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     return state
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a job starts: the state's bytes, the epochs already run and their figures."""
+
+    state: bytes
+    epoch: int = 0
+    history: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

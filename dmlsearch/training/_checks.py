@@ -100,6 +100,11 @@ def check_params(trainer: Any) -> None:
     check_int("checkpoint_every", trainer.checkpoint_every, 1, none=True)
     check_bool("shuffle", trainer.shuffle)
     check_bool("elastic", trainer.elastic)
+    check_bool("resume", trainer.resume)
+    if trainer.resume and (trainer.registry is None or trainer.experiment_name is None):
+        raise InvalidParameterError(
+            "resume", "resume=True needs the registry and the experiment_name of the job"
+        )
     check_sync(trainer.sync, trainer.staleness)
     timeout = trainer.timeout
     if not isinstance(timeout, numbers.Real) or not float(timeout) > 0:

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import uuid
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,12 +40,13 @@ from ..exceptions import (
 from ..registry import FormatError, ModelVersionRecord, RegistryError
 from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
-from ._checkpoint import Checkpoint, CheckpointInbox, state_bytes, state_from_bytes
+from ._checkpoint import Checkpoint, CheckpointInbox, Start, state_bytes, state_from_bytes
 from ._checks import SYNCS, check_name, check_params, initial_model
 from ._data import check_data, computed_on, place_shards, rank_order
 from ._device import DevicePlan, plan_devices, probe_workers
 from ._rank import JobSpec, free_port, train_rank
-from ._record import JobRecord, job_config, job_lineage, job_metrics
+from ._record import JobRecord, job_lineage, job_metrics
+from ._resume import open_job
 from ._ssp import run_ssp
 from ._watch import JobWatch
 
@@ -56,15 +56,6 @@ logger = logging.getLogger("dmlsearch")
 
 #: How many times an ``elastic`` fit resumes after losing a worker before it gives up.
 MAX_RESUMES = 3
-
-
-@dataclass(frozen=True)
-class _Start:
-    """Where a job starts: the state's bytes, the epochs already run and their figures."""
-
-    state: bytes
-    epoch: int = 0
-    history: tuple[dict[str, Any], ...] = ()
 
 
 class DataParallelTrainer(BaseEstimator):
@@ -89,8 +80,9 @@ class DataParallelTrainer(BaseEstimator):
     epoch: ``loss``, ``seconds``, ``samples_per_s``, ``sync_s``, ``sync_rounds``),
     ``n_workers_``, ``device_`` (``"cpu"`` or ``"cuda"``), ``backend_``, ``rank_devices_``
     (each rank's, e.g. ``"cuda:0"``), ``checkpoint_`` (the last :class:`Checkpoint`, or
-    None), ``resumed_`` (one dict per resume of an ``elastic`` fit: ``epoch``, lost
-    ``worker``, ``n_workers`` after).
+    None), ``resumed_`` (one dict per resume: of a ``resume=True`` fit, ``epoch`` and
+    ``checkpoint`` (its sha256, None when there was none) and ``n_workers``; of an
+    ``elastic`` fit, ``epoch``, lost ``worker``, ``n_workers`` after).
 
     ``elastic=True``: when a rank's worker is lost, training resumes from the last
     checkpoint (or from the start) on the workers the cluster has then (at most
@@ -105,6 +97,15 @@ class DataParallelTrainer(BaseEstimator):
     name (kind ``train``: its settings, data fingerprint, cluster and final status; a name
     already taken is refused before training) and the registered version links to it
     (``experiment_id_``). It also names the job on the dashboard's ``/dmlsearch`` page.
+    Each checkpoint is recorded in that experiment while the job is unfinished.
+
+    ``resume=True`` (with ``registry`` and ``experiment_name``): continue that unfinished
+    job (interrupted, failed, or whose driver was lost) from the last checkpoint it
+    recorded (or from the start when it recorded none), training only the remaining
+    epochs; ``history_`` holds every epoch once. Refused when the data or the settings
+    that decide what is trained differ from the job's (the model, loss, optimizer, sync,
+    batch size, shuffle, seed) or ``epochs`` is lowered; a finished job raises
+    :class:`~dmlsearch.exceptions.JobCompleteError`. See docs/training.md.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class DataParallelTrainer(BaseEstimator):
         experiment_name: str | None = None,
         device: str = "auto",
         backend: str = "auto",
+        resume: bool = False,
     ) -> None:
         self.model_fn = model_fn
         self.loss_fn = loss_fn
@@ -151,6 +153,7 @@ class DataParallelTrainer(BaseEstimator):
         self.experiment_name = experiment_name
         self.device = device
         self.backend = backend
+        self.resume = resume
 
     def __sklearn_clone__(self) -> DataParallelTrainer:
         # The client and the registry are handles to shared services: shared, not copied.
@@ -163,6 +166,7 @@ class DataParallelTrainer(BaseEstimator):
         if not isinstance(state.get("client"), (str, type(None))):
             state["client"] = None
         state["registry"] = None
+        state.pop("_record", None)
         return state
 
     def _prepare(
@@ -195,15 +199,16 @@ class DataParallelTrainer(BaseEstimator):
         Xa, ya, seed, model = self._prepare(X, y, int(self.n_workers), client=given)
         self.experiment_id_: int | None = None
         record: JobRecord | None = None
+        start = Start(state_bytes(0, model))
         with resolve_client(self.client) as client:
             if self.registry is not None and self.experiment_name is not None:
-                config = job_config(self, model)
-                fingerprint = self.data_fingerprint_
-                record = JobRecord.open(
-                    self.registry, self.experiment_name, config, fingerprint, cluster_shape(client)
-                )
+                record, start = open_job(self, cluster_shape(client), model, start)
                 self.experiment_id_ = record.id
-            results, start, k = self._watched(client, Xa, ya, model, seed, record)
+            self._record = record  # each checkpoint is recorded in it (_keep)
+            try:
+                results, start, k = self._watched(client, Xa, ya, model, start, seed, record)
+            finally:
+                self._record = None
         self._fitted(model, results, start, k)
         if self.registry is not None:
             try:
@@ -229,14 +234,14 @@ class DataParallelTrainer(BaseEstimator):
         :class:`TrainingError`.
         """
         Xa, ya, seed, model = self._prepare(X, y, gang.size, initial, gang.client)
-        start = _Start(state_bytes(0, model))
+        start = Start(state_bytes(0, model))
         silent = JobWatch(gang.client, None)
         results = self._run(gang.client, gang, Xa, ya, start, seed, silent)
         self._fitted(model, results, start, gang.size)
         return self
 
     def _fitted(
-        self, model: torch.nn.Module, results: list[dict[str, Any]], start: _Start, k: int
+        self, model: torch.nn.Module, results: list[dict[str, Any]], start: Start, k: int
     ) -> None:
         """Set the fitted attributes from rank 0's final state and figures."""
         model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
@@ -246,8 +251,15 @@ class DataParallelTrainer(BaseEstimator):
         self.model_version_: ModelVersionRecord | None = None
 
     def _watched(
-        self, client: Client, X: Any, y: Any, model: torch.nn.Module, seed: int, record: Any
-    ) -> tuple[list[dict[str, Any]], _Start, int]:
+        self,
+        client: Client,
+        X: Any,
+        y: Any,
+        model: torch.nn.Module,
+        start: Start,
+        seed: int,
+        record: Any,
+    ) -> tuple[list[dict[str, Any]], Start, int]:
         """:meth:`_train`, shown on the dashboard's page; a failure closes the record."""
         name = self.experiment_name or f"DataParallelTrainer.fit {uuid.uuid4().hex[:6]}"
         meta = {
@@ -262,14 +274,16 @@ class DataParallelTrainer(BaseEstimator):
         watch = JobWatch.start(client, name, meta)
         status = "failed"
         try:
-            results, start, k = self._train(
-                client, X, y, _Start(state_bytes(0, model)), seed, watch
-            )
+            results, start, k = self._train(client, X, y, start, seed, watch)
             watch.epochs([*start.history, *results[0]["history"]])
             status = "complete"
             return results, start, k
         except InvalidParameterError:
-            if record is not None and self.checkpoint_ is None and not self.resumed_:
+            if record is not None and record.previous is not None:
+                # A resume refused before any rank ran: the job is left as it was.
+                record.refused()
+                record = None
+            elif record is not None and self.checkpoint_ is None and not self.resumed_:
                 # Refused before any rank ran (more workers than the cluster has): the
                 # name stays free for the corrected job.
                 record.discard()
@@ -319,10 +333,13 @@ class DataParallelTrainer(BaseEstimator):
 
     def _keep(self, checkpoint: Checkpoint) -> None:
         self.checkpoint_ = checkpoint
+        record = getattr(self, "_record", None)
+        if record is not None:
+            record.checkpoint(checkpoint)
 
     def _train(
-        self, client: Client, X: Any, y: Any, start: _Start, seed: int, watch: JobWatch
-    ) -> tuple[list[dict[str, Any]], _Start, int]:
+        self, client: Client, X: Any, y: Any, start: Start, seed: int, watch: JobWatch
+    ) -> tuple[list[dict[str, Any]], Start, int]:
         """Run the job on a gang; with ``elastic``, again from the last checkpoint on a loss."""
         k = int(self.n_workers)
         while True:
@@ -338,7 +355,7 @@ class DataParallelTrainer(BaseEstimator):
                     raise
                 last = self.checkpoint_
                 if last is not None:
-                    start = _Start(last.bytes(self.registry), last.epoch, last.history)
+                    start = Start(last.bytes(self.registry), last.epoch, last.history)
                 self.resumed_.append({"epoch": start.epoch, "worker": exc.worker, "n_workers": k})
                 logger.warning(
                     "dmlsearch: worker %s lost; training resumes from epoch %d on %d workers",
@@ -353,7 +370,7 @@ class DataParallelTrainer(BaseEstimator):
         gang: Gang,
         X: Any,
         y: Any,
-        start: _Start,
+        start: Start,
         seed: int,
         watch: JobWatch,
     ) -> list[dict[str, Any]]:
