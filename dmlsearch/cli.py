@@ -836,9 +836,7 @@ def registry_delete_version(
     yes: YesOpt = False,
     force: Annotated[
         bool,
-        typer.Option(
-            "--force", help="Delete it even if a registered ensemble has it as a member."
-        ),
+        typer.Option("--force", help="Delete it even if a registered ensemble has it as a member."),
     ] = False,
     registry: RegistryOpt = None,
 ) -> None:

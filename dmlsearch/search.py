@@ -508,8 +508,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                         budget_start=clock.start,
                         progress=progress,
                         observer=reporter,
-                        name=f"{type(self.estimator).__name__} (gangs of "
-                        f"{self.workers_per_trial})",
+                        name=f"{type(self.estimator).__name__} (gangs of {self.workers_per_trial})",
                     )
                 else:
                     runner = DaskRunner(
@@ -521,8 +520,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                         budget_start=clock.start,
                         max_retries=self.max_retries,
                         progress=progress,
-                        name=f"{type(self.estimator).__name__} "
-                        f"({_strategy_name(self.strategy)})",
+                        name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
                         observer=reporter,
                         seeded=self.random_state is not None,
                     )

@@ -1,6 +1,6 @@
 """Regenerate docs/img/dashboard.png: the dmlsearch page in headless Chromium mid-search.
 
-    python experiments/dashboard_screenshot.py [--chromium /usr/bin/chromium]
+python experiments/dashboard_screenshot.py [--chromium /usr/bin/chromium]
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ def main(n_trials: int = 30) -> SearchCV:
         "pca__n_components": Int(8, 48),
         "clf__C": Float(1e-3, 1e2, log=True),
     }
-    search = SearchCV(pipe, space, strategy="tpe", n_trials=n_trials, cv=3, random_state=0,
-                      progress=True)
+    search = SearchCV(
+        pipe, space, strategy="tpe", n_trials=n_trials, cv=3, random_state=0, progress=True
+    )
     search.fit(X_train, y_train)
     print(f"best CV accuracy {search.best_score_:.4f} with {search.best_params_}")
     print(f"held-out accuracy {search.score(X_test, y_test):.4f}")

@@ -99,6 +99,7 @@ def test_a_worker_killed_mid_training_fails_that_trial_fast_and_the_search_goes_
                 refit=False,
             )
             box: dict[str, object] = {}
+
             def fit() -> None:
                 try:
                     box["done"] = search.fit(X, y)

@@ -75,8 +75,9 @@ def test_unit_timeout_counts_from_the_start_not_from_the_queue():
 def test_no_workers_fails_fast_with_a_clear_error():
     cluster = LocalCluster(n_workers=0, processes=True, dashboard_address=None)
     try:
-        with Client(cluster, set_as_default=False) as c, dask.config.set(
-            {"dmlsearch.no-workers-timeout": 2.0}
+        with (
+            Client(cluster, set_as_default=False) as c,
+            dask.config.set({"dmlsearch.no-workers-timeout": 2.0}),
         ):
             X, y = make_classification(n_samples=40, random_state=0)
             t0 = time.monotonic()
@@ -92,8 +93,9 @@ def test_no_workers_fails_fast_with_a_clear_error():
 def test_no_workers_left_mid_run_fails_instead_of_waiting_forever():
     cluster = local_cluster(1)
     try:
-        with Client(cluster, set_as_default=False) as c, dask.config.set(
-            {"dmlsearch.no-workers-timeout": 2.0}
+        with (
+            Client(cluster, set_as_default=False) as c,
+            dask.config.set({"dmlsearch.no-workers-timeout": 2.0}),
         ):
             source = WaveSource(n=200, wave=200, seconds=0.05)
             loop = WorkLoop(c, PowerKind(), source, name="orphan", no_workers_timeout=2.0)

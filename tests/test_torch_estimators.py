@@ -82,7 +82,6 @@ def test_clone_and_params_round_trip() -> None:
     assert is_classifier(net) and is_regressor(TorchRegressor(MLP))
 
 
-
 def test_a_pipeline_sets_module_arguments_it_was_not_given() -> None:
     # Pipeline.set_params accepts only names its steps' get_params lists.
     pipe = make_pipeline(StandardScaler(), TorchClassifier(MLP))

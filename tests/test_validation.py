@@ -36,11 +36,19 @@ def test_valid_names_pass(params):
 @pytest.mark.parametrize(
     ("estimator", "params", "match"),
     [
-        (LogisticRegression(), {"no_such_param": 1}, "'no_such_param' is not a parameter of LogisticRegression"),
+        (
+            LogisticRegression(),
+            {"no_such_param": 1},
+            "'no_such_param' is not a parameter of LogisticRegression",
+        ),
         (LogisticRegression(), {"tool": 1e-3}, "did you mean 'tol'"),
         (pipeline(), {"clf__Cc": 1.0}, "did you mean 'clf__C'"),
         (pipeline(), {"clff__C": 1.0}, "no step or parameter 'clff'; did you mean 'clf'"),
-        (pipeline(), {"clf": GaussianNB(), "clf__C": 1.0}, r"'clf__C' is not .* when clf=GaussianNB\(\)"),
+        (
+            pipeline(),
+            {"clf": GaussianNB(), "clf__C": 1.0},
+            r"'clf__C' is not .* when clf=GaussianNB\(\)",
+        ),
         (pipeline(), {"clf": "passthrough", "clf__C": 1.0}, "'clf__C' is not a parameter"),
     ],
 )

@@ -63,7 +63,6 @@ class WeightedEnsemble(WeightedPredictions, BaseEstimator):
         return self.classes is not None
 
 
-
 def check_weights(weights: Any, n_members: int) -> np.ndarray:
     """``weights`` as floats summing to 1, or InvalidParameterError saying what is wrong."""
     if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Sequence | np.ndarray):

@@ -350,9 +350,7 @@ class WorkLoop(Generic[P, R]):
         if unit.id not in self._recorded:
             self._record(unit, self.kind.failed(unit, state, error))
 
-    def _lost(
-        self, task: _Task[P], reason: str, killed: bool = False, probe: bool = False
-    ) -> None:
+    def _lost(self, task: _Task[P], reason: str, killed: bool = False, probe: bool = False) -> None:
         if probe:
             unit = task.units[0]
             solo = self._solo_losses.get(unit.id, 0) + 1
@@ -494,9 +492,7 @@ class WorkLoop(Generic[P, R]):
             else:
                 fut.result()  # re-raises with the worker's traceback
         else:  # cancelled: the worker or the data it needed is gone
-            self._lost(
-                task, "the task was cancelled (worker or scattered data lost)", probe=probe
-            )
+            self._lost(task, "the task was cancelled (worker or scattered data lost)", probe=probe)
         fut.release()
 
     # -- time ------------------------------------------------------------------------------
@@ -584,7 +580,11 @@ class WorkLoop(Generic[P, R]):
                     TIMEOUT,
                     f"TrialTimeoutError: {self.kind.name} {unit.id} ran past "
                     f"{self.policy.timeout_name}={self.policy.timeout}s and did not stop; "
-                    + (f"its worker {worker} was restarted" if restart else "its task was cancelled"),
+                    + (
+                        f"its worker {worker} was restarted"
+                        if restart
+                        else "its task was cancelled"
+                    ),
                 )
             if restart and worker is not None:
                 try:
