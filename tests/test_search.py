@@ -300,6 +300,21 @@ def test_unreachable_scheduler_is_a_clear_error(data):
         s.fit(X, y)
 
 
+def test_an_unknown_address_scheme_is_refused_before_any_client_exists(data):
+    # A Client that fails on its scheme is left half made, and its close blocks the
+    # interpreter's exit for 20 s: no Client may be created for such an address.
+    import gc
+
+    from distributed import Client
+
+    X, y = data
+    s = SearchCV(LogisticRegression(), {"C": [1.0]}, client="foo://127.0.0.1:9")
+    with pytest.raises(InvalidParameterError, match="unknown address scheme 'foo'"):
+        s.fit(X, y)
+    made = [o for o in gc.get_objects() if isinstance(o, Client) and o.status != "closed"]
+    assert not [c for c in made if "foo://" in str(getattr(c, "_start_arg", ""))]
+
+
 def test_grid_rejects_continuous_space_message():
     with pytest.raises(SearchSpaceError, match="cannot be enumerated"):
         SearchCV(

@@ -16,6 +16,8 @@ import dask
 import distributed.nanny
 import distributed.process
 from distributed import Client, LocalCluster, Nanny
+from distributed.comm import parse_address
+from distributed.comm.registry import get_backend
 
 from ..exceptions import DmlsearchError, InvalidParameterError, SchedulerLostError
 
@@ -229,6 +231,9 @@ def cluster_shape(client: Client) -> dict[str, Any]:
 def _connect(address: str) -> Client:
     """A client on the scheduler at ``address``; InvalidParameterError if it cannot be one."""
     try:
+        # Checked before a Client exists: one that fails on its scheme leaves a half-made
+        # client whose close blocks the interpreter's exit for 20 s.
+        get_backend(parse_address(address)[0])
         return Client(address, set_as_default=False, timeout="10s")
     except OSError as exc:  # unreachable, refused, or a TLS certificate it does not accept
         raise InvalidParameterError(
