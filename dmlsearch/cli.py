@@ -895,16 +895,24 @@ def alias_delete(
 def registry_verify(
     registry: RegistryOpt = None, artifacts: ArtifactsOpt = None, json_: JsonOpt = False
 ) -> None:
-    """Verify the artifacts. Each must exist and match its sha256 (exit code 1 if not)."""
+    """Verify the artifacts. Each must exist and match its sha256 (exit code 1 if not).
+
+    The models' versions, and the last checkpoint of each unfinished training job (what
+    `dmlsearch resume` would continue from)."""
     with _open_registry(registry, artifacts) as reg:
         results = reg.verify()
         problems = reg.verify_errors() if not all(results.values()) else {}
+        checkpoints = reg.checkpoint_errors()
     bad = [(n, v) for (n, v), ok in sorted(results.items()) if not ok]
     if json_:
         _echo_json(
             [
                 {"model": n, "version": v, "ok": ok, "error": problems.get((n, v))}
                 for (n, v), ok in sorted(results.items())
+            ]
+            + [
+                {"experiment": name, "checkpoint": True, "ok": False, "error": error}
+                for name, error in sorted(checkpoints.items())
             ]
         )
     else:
@@ -913,8 +921,10 @@ def registry_verify(
             typer.echo(
                 f"CORRUPT or MISSING: {n} v{v}" + (f": {detail}" if detail else ""), err=True
             )
+        for name, error in sorted(checkpoints.items()):
+            typer.echo(f"CORRUPT or MISSING: checkpoint of job {name}: {error}", err=True)
         typer.echo(f"{len(results) - len(bad)} of {len(results)} versions verified")
-    if bad:
+    if bad or checkpoints:
         raise typer.Exit(1)
 
 

@@ -339,3 +339,22 @@ def test_resume_needs_the_registry_and_the_experiment_name() -> None:
     )
     with pytest.raises(InvalidParameterError, match="resume=True needs the registry"):
         trainer.fit(X, y)
+
+
+def test_registry_verify_checks_an_unfinished_jobs_recorded_checkpoint(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with Registry(url) as registry:
+        _, sha = registry.artifacts.put(b"a checkpoint's bytes")
+        registry.store.create_experiment("job", config={"checkpoint": {"epoch": 2, "sha256": sha}})
+    ok = _invoke(url, "registry", "verify")
+    assert ok.exit_code == 0, ok.output
+    with Registry(url, create=False) as registry:  # the blob lost (a wiped disk, a bad sync)
+        blob = next(b for b in registry.artifacts.blobs() if sha in b.path)
+        registry.artifacts.fs.rm(blob.path)
+    broken = _invoke(url, "registry", "verify")
+    assert broken.exit_code == 1
+    assert "checkpoint of job job" in broken.stderr and "epoch-2 checkpoint" in broken.stderr
+    listed = json.loads(_invoke(url, "registry", "verify", "--json").stdout)
+    assert listed == [
+        {"experiment": "job", "checkpoint": True, "ok": False, "error": listed[0]["error"]}
+    ]

@@ -609,6 +609,24 @@ class Registry:
                     out[(model, record.version)] = problem
         return out
 
+    def checkpoint_errors(self) -> dict[str, str]:
+        """``experiment name -> message`` for each unfinished training job whose recorded
+        last checkpoint (what ``dmlsearch resume`` would continue from) is missing or altered.
+        Empty when every recorded checkpoint verifies."""
+        out = {}
+        for experiment in self.store.list_experiments():
+            checkpoint = experiment.config.get("checkpoint")
+            if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("sha256"), str):
+                continue
+            problem = self.artifacts.problem(
+                checkpoint["sha256"],
+                what=f"of training job {experiment.name!r}'s epoch-{checkpoint.get('epoch')} "
+                "checkpoint",
+            )
+            if problem is not None:
+                out[experiment.name] = problem
+        return out
+
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> list[str]:
         """Delete this registry's blobs that no version references; return their paths.
 
