@@ -277,6 +277,14 @@ def raises() -> torch.nn.Module:
         ({}, np.ma.masked_array(X, X > 1), Y, "X", "masked"),
         ({}, None, Y, "X", "None"),
         ({}, X, Y[:10], "X", "same number of rows"),
+        (
+            {},
+            da.from_array(X, chunks=16)[da.from_array(Y, chunks=16) >= 0],
+            Y,
+            "X",
+            r"compute_chunk_sizes\(\)",
+        ),
+        ({}, X, pd.Series(np.where(Y > 0, "a", "b"), dtype="category"), "y", "dtype category"),
         ({}, X[:0], Y[:0], "batch_size", "0 rows"),
         ({"model_fn": raises}, X, Y, "model_fn", "RuntimeError: a bug in model_fn"),
         ({"model_fn": NoParameters}, X, Y, "model_fn", "no parameters to train"),
@@ -439,6 +447,9 @@ def test_nan_in_a_later_dask_chunk_is_refused_before_any_rank(client: Client) ->
     frame = dd.from_pandas(pd.Series(np.where(np.arange(N) == N - 1, np.inf, YR)), npartitions=2)
     with pytest.raises(InvalidParameterError, match="y has 1 NaN"):
         trainer(client=client, model_fn=lambda: torch.nn.Linear(D, 1), loss_fn=mse_1d).fit(X, frame)
+    rows = dd.from_pandas(pd.DataFrame(X), npartitions=2), dd.from_pandas(pd.Series(Y[:40]), 2)
+    with pytest.raises(InvalidParameterError, match=r"\(64, 4\) and \(40,\)"):
+        trainer(client=client).fit(*rows)  # the partitions' rows counted on the cluster
     assert client.run_on_scheduler(_rank_tasks) == before
 
 

@@ -117,10 +117,11 @@ def _check_columns(name: str, frame: Any) -> None:
     bad = {str(c): str(d) for c, d in dtypes.items() if not numeric(d)}
     if bad:
         shown = ", ".join(f"{c!r} ({d})" for c, d in list(bad.items())[:5])
+        what = f"non-numeric columns {shown}" if frame.ndim == 2 else f"dtype {bad.popitem()[1]}"
         raise InvalidParameterError(
             name,
-            f"{name} has non-numeric columns {shown}: torch trains on numbers; encode text "
-            "or categorical columns as numbers first (or drop them)",
+            f"{name} has {what}: torch trains on numbers; encode text or categorical "
+            "values as numbers first (or drop those columns)",
         )
 
 

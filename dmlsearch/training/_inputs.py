@@ -94,7 +94,8 @@ def try_first_rows(net: Any, X: Any, y: Any) -> None:
     encoded ``y``: what would fail mid-epoch or train wrong is refused before training."""
     if not isinstance(X, (np.ndarray, torch.Tensor)) or not isinstance(y, np.ndarray):
         return
-    xb = torch.as_tensor(X[:8]).to(net.device)
+    # A copy of a few rows: pandas may hand out read-only arrays, which torch warns of.
+    xb = torch.as_tensor(np.array(X[:8]) if isinstance(X, np.ndarray) else X[:8]).to(net.device)
     yb = torch.as_tensor(y[:8]).to(net.device)
     try:
         with torch.no_grad():
