@@ -286,7 +286,11 @@ def test_a_failed_rendezvous_on_a_worker_does_not_spoil_its_next_job(
         ({"model_name": " "}, InvalidParameterError, "model_name: expected a non-empty"),
         ({"batch_size": 0}, InvalidParameterError, "batch_size: expected an int >= 1"),
         ({"optimizer_fn": lambda p: None}, InvalidParameterError, "torch.optim.Optimizer"),
-        ({"loss_fn": torch.nn.functional.cross_entropy}, InvalidParameterError, "fail on a batch"),
+        (
+            {"loss_fn": torch.nn.functional.cross_entropy},
+            InvalidParameterError,
+            "loss_fn: loss_fn fails on",
+        ),
         ({"device": "gpu"}, InvalidParameterError, "device: expected one of 'auto', 'cpu'"),
         ({"device": "cpu", "backend": "nccl"}, InvalidParameterError, "'nccl' runs on GPUs only"),
         pytest.param(

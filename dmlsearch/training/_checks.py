@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import difflib
 import numbers
+from datetime import timedelta
 from typing import Any
 
 import torch
 
 from ..ensemble._common import check_bool
-from ..exceptions import InvalidParameterError
+from ..exceptions import DmlsearchError, InvalidParameterError
 from ._data import head
 from ._device import check_device_params
+from ._trial import try_batch
 
 __all__ = [
     "SYNCS",
@@ -49,12 +51,15 @@ def check_name(name: str, value: Any, what: str = "model name") -> None:
         raise InvalidParameterError(name, f"expected a non-empty {what} or None, got {value!r}")
 
 
-def check_sync(sync: Any, staleness: Any) -> None:
-    if sync not in SYNCS:
-        close = difflib.get_close_matches(str(sync), SYNCS, n=1)
+def check_sync(sync: Any, staleness: Any, prefix: str = "") -> None:
+    """``sync`` one of :data:`SYNCS` (exactly: ``"AllReduce"`` is refused with a hint)."""
+    if not isinstance(sync, str) or sync not in SYNCS:
+        close = difflib.get_close_matches(str(sync).strip().lower(), SYNCS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidParameterError("sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})")
-    check_int("staleness", staleness, 0, none=True)
+        raise InvalidParameterError(
+            f"{prefix}sync", f"unknown {sync!r}{hint} (one of {', '.join(SYNCS)})"
+        )
+    check_int(f"{prefix}staleness", staleness, 0, none=True)
 
 
 def check_trainer_options(given: dict[str, Any]) -> dict[str, Any]:
@@ -69,13 +74,9 @@ def check_trainer_options(given: dict[str, Any]) -> dict[str, Any]:
             f"trainer__{unknown[0]}", f"unknown data-parallel option (known: {known})"
         )
     options = {**TRAINER_DEFAULTS, **given}
-    if options["sync"] not in SYNCS:
-        raise InvalidParameterError(
-            "trainer__sync", f"expected one of {', '.join(SYNCS)}, got {options['sync']!r}"
-        )
+    check_sync(options["sync"], options["staleness"], "trainer__")
     check_int("trainer__n_workers", options["n_workers"], 1)
     check_int("trainer__average_every", options["average_every"], 1)
-    check_int("trainer__staleness", options["staleness"], 0, none=True)
     client = options["client"]
     if not (client is None or isinstance(client, (str, Client))):
         raise InvalidParameterError(
@@ -107,8 +108,10 @@ def check_params(trainer: Any) -> None:
         )
     check_sync(trainer.sync, trainer.staleness)
     timeout = trainer.timeout
-    if not isinstance(timeout, numbers.Real) or not float(timeout) > 0:
-        raise InvalidParameterError("timeout", f"expected seconds > 0, got {timeout!r}")
+    fine = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
+    # torch takes the timeout as a timedelta: inf, NaN and past ~2.7 million years fail there.
+    if not (fine and 0 < float(timeout) < timedelta.max.total_seconds()):
+        raise InvalidParameterError("timeout", f"expected finite seconds > 0, got {timeout!r}")
     if trainer.registry is not None and not hasattr(trainer.registry, "artifacts"):
         raise InvalidParameterError(
             "registry", f"expected a dmlsearch Registry or None, got {trainer.registry!r}"
@@ -118,36 +121,40 @@ def check_params(trainer: Any) -> None:
     check_device_params(trainer.device, trainer.backend)
 
 
+def _call(name: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``; what the user's function raises becomes InvalidParameterError(name)."""
+    try:
+        return fn(*args)
+    except DmlsearchError:
+        raise
+    except Exception as exc:
+        raise InvalidParameterError(name, f"{name} raised {type(exc).__name__}: {exc}") from exc
+
+
 def initial_model(
     trainer: Any, seed: int, X: Any, y: Any, model: torch.nn.Module | None = None
-) -> torch.nn.Module:
+) -> tuple[torch.nn.Module, tuple[str, str]]:
     """Build the model on the driver (seeded; or take ``model``) and try it on a batch,
-    before any rank runs."""
+    before any rank runs; also the torch dtypes X and y are trained as (:func:`try_batch`)."""
     if model is None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = trainer.model_fn()
+            model = _call("model_fn", trainer.model_fn)
     if not isinstance(model, torch.nn.Module):
         raise InvalidParameterError(
             "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
         )
-    optimizer = trainer.optimizer_fn(model.parameters())
+    if not any(p.requires_grad for p in model.parameters()):
+        raise InvalidParameterError(
+            "model_fn",
+            f"the {type(model).__name__} it returns has no parameters to train (none, or all "
+            "with requires_grad=False): give the module at least one trainable layer",
+        )
+    optimizer = _call("optimizer_fn", trainer.optimizer_fn, model.parameters())
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise InvalidParameterError(
             "optimizer_fn",
             f"must return a torch.optim.Optimizer, returned {type(optimizer).__name__}",
         )
-    from ._rank import _tensor
-
-    model.eval()
-    try:
-        with torch.no_grad():
-            b = int(trainer.batch_size)
-            trainer.loss_fn(model(_tensor(head(X, b))), _tensor(head(y, b)))
-    except Exception as exc:
-        raise InvalidParameterError(
-            "model_fn",
-            f"the model and loss_fn fail on a batch of X and y: {type(exc).__name__}: {exc}",
-        ) from exc
-    model.train()
-    return model
+    b = int(trainer.batch_size)
+    return model, try_batch(model, trainer.loss_fn, head(X, b), head(y, b))

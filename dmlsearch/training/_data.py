@@ -22,7 +22,19 @@ from distributed import Client, Future
 
 from ..exceptions import InvalidParameterError, NotSupportedError
 
-__all__ = ["check_data", "computed_on", "head", "place_shards", "rank_order"]
+__all__ = [
+    "as_numpy",
+    "check_data",
+    "check_finite",
+    "check_finite_shards",
+    "check_numeric",
+    "computed_on",
+    "from_pandas",
+    "head",
+    "nonfinite",
+    "place_shards",
+    "rank_order",
+]
 
 #: Up to this many ranks every assignment of workers to ranks is tried; above, a greedy one.
 _EXACT_UP_TO = 7
@@ -40,13 +52,95 @@ def _check_one(name: str, a: Any) -> Any:
                 f"a Dask array needs known row chunks, got {a.chunks[0][:3]}...; "
                 f"call {name}.compute_chunk_sizes() first",
             )
-        _check_numeric(name, a.dtype)
+        check_numeric(name, a.dtype)
         return a
     if hasattr(a, "npartitions"):
+        _check_columns(name, a)
         return _check_one(name, _from_dataframe(name, a))
-    array = np.asarray(a)
-    _check_numeric(name, array.dtype)
+    array = as_numpy(name, a)
+    check_numeric(name, array.dtype)
+    check_finite(name, array)
     return array
+
+
+def as_numpy(name: str, a: Any) -> np.ndarray:
+    """``a`` (NumPy, pandas, a tensor, a list) as a NumPy array, or InvalidParameterError."""
+    if a is None:
+        raise InvalidParameterError(name, f"{name} is None: pass the training data's {name}")
+    if hasattr(a, "tocsr"):
+        raise InvalidParameterError(
+            name, f"{name} is a scipy sparse matrix: pass {name}.toarray() (dense rows)"
+        )
+    if np.ma.is_masked(a):
+        raise InvalidParameterError(
+            name,
+            f"{name} is a masked array with masked values, which would train as the values "
+            f"under the mask: fill them ({name}.filled(...)) or drop those rows",
+        )
+    if hasattr(a, "detach") and hasattr(a, "cpu"):  # a torch tensor (maybe on a GPU)
+        return np.asarray(a.detach().cpu().numpy())
+    if hasattr(a, "dtypes") and hasattr(a, "to_numpy"):  # pandas
+        return from_pandas(name, a)
+    return np.asarray(a)
+
+
+def from_pandas(name: str, frame: Any) -> np.ndarray:
+    """A pandas DataFrame or Series as one numeric array (nullable columns: NA as NaN)."""
+    _check_columns(name, frame)
+    dtypes = frame.dtypes if frame.ndim == 2 else [frame.dtype]
+    common = np.result_type(*[_numpy_dtype(d) for d in dtypes])
+    if common.kind != "f" and bool(frame.isna().to_numpy().any()):
+        common = np.result_type(common, np.float32)  # missing values as NaN (then refused)
+    missing = {"na_value": np.nan} if common.kind == "f" else {}
+    return np.asarray(frame.to_numpy(dtype=common, **missing))
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype[Any]:
+    """A pandas column's dtype as NumPy's (a categorical's: its categories')."""
+    categories = getattr(dtype, "categories", None)
+    if categories is not None:
+        return _numpy_dtype(categories.dtype)
+    return np.dtype(getattr(dtype, "numpy_dtype", dtype))
+
+
+def _check_columns(name: str, frame: Any) -> None:
+    """InvalidParameterError naming a (pandas or Dask) dataframe's non-numeric columns."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    def numeric(dtype: Any) -> bool:
+        categories = getattr(dtype, "categories", None)
+        dtype = dtype if categories is None else categories.dtype
+        return bool(is_numeric_dtype(dtype) or is_bool_dtype(dtype))
+
+    label = getattr(frame, "name", None) or name
+    dtypes = frame.dtypes if frame.ndim == 2 else {label: frame.dtype}
+    bad = {str(c): str(d) for c, d in dtypes.items() if not numeric(d)}
+    if bad:
+        shown = ", ".join(f"{c!r} ({d})" for c, d in list(bad.items())[:5])
+        what = f"non-numeric columns {shown}" if frame.ndim == 2 else f"dtype {bad.popitem()[1]}"
+        raise InvalidParameterError(
+            name,
+            f"{name} has {what}: torch trains on numbers; encode text or categorical "
+            "values as numbers first (or drop those columns)",
+        )
+
+
+def nonfinite(a: np.ndarray) -> int:
+    """How many values of ``a`` are NaN or infinite (0 for integer and bool arrays)."""
+    if a.dtype.kind not in "fc":
+        return 0
+    return int(a.size - np.count_nonzero(np.isfinite(a)))
+
+
+def check_finite(name: str, a: Any, count: int | None = None) -> None:
+    """InvalidParameterError if ``a`` holds NaN or infinite values (``count``: known already)."""
+    count = nonfinite(a) if count is None else count
+    if count:
+        raise InvalidParameterError(
+            name,
+            f"{name} has {count} NaN or infinite values: the loss and then every weight would "
+            f"become NaN; impute them or drop those rows before fit",
+        )
 
 
 def _from_dataframe(name: str, frame: Any) -> Any:
@@ -61,7 +155,7 @@ def _from_dataframe(name: str, frame: Any) -> Any:
     return convert(lengths=True)
 
 
-def _check_numeric(name: str, dtype: Any) -> None:
+def check_numeric(name: str, dtype: Any) -> None:
     if np.dtype(dtype).kind not in "fiub":
         raise InvalidParameterError(
             name,
@@ -105,7 +199,8 @@ def check_data(X: Any, y: Any, rows_needed: int) -> tuple[Any, Any]:
 def head(a: Any, rows: int) -> np.ndarray:
     """The first ``rows`` rows on the driver (a small batch, to try the model on)."""
     part = a[:rows]
-    return np.asarray(part.compute() if _is_dask_array(part) else part)
+    # A copy: torch warns about (and must not share) a read-only array, as pandas gives.
+    return np.array(part.compute() if _is_dask_array(part) else part)
 
 
 def place_shards(client: Client, workers: list[str], X: Any, y: Any) -> list[list[Future]]:
@@ -123,6 +218,15 @@ def place_shards(client: Client, workers: list[str], X: Any, y: Any) -> list[lis
                 futures.append(client.scatter(a[rows], workers=[worker], hash=False))
         shards.append(futures)
     return shards
+
+
+def check_finite_shards(client: Client, X: Any, y: Any, shards: list[list[Future]]) -> None:
+    """InvalidParameterError if a Dask ``X`` or ``y`` holds NaN or inf, counted on the
+    workers that hold the ranks' shards (NumPy input is checked on the driver)."""
+    for i, (name, a) in enumerate((("X", X), ("y", y))):
+        if _is_dask_array(a) and np.dtype(a.dtype).kind in "fc":
+            counts = client.gather([client.submit(nonfinite, shard[i]) for shard in shards])
+            check_finite(name, a, sum(counts))
 
 
 def _row_bytes_held(client: Client, X: Any, w: int) -> list[dict[str, float]]:

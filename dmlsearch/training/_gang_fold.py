@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 from ..exceptions import GangWorkerLostError, InvalidParameterError, TrainingError
 from ..runner.cluster import resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
-from .estimators import _float32
+from ._inputs import _float32, check_rows
 from .trainer import DataParallelTrainer
 
 __all__ = ["check_X", "check_data_parallel", "check_estimator", "fit_data_parallel", "fit_fold"]
@@ -135,13 +135,14 @@ def check_X(X: Any, setting: str = "workers_per_trial") -> np.ndarray:
     """``X`` as the float32 array a rank trains on, or InvalidParameterError."""
     array = _float32(X)
     if isinstance(array, torch.Tensor):
-        array = array.cpu().numpy()
-    if not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.ndim < 2:
+        array = array.detach().cpu().numpy()
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.ndim < 1:
+        dense = ": densify it (X.toarray())" if hasattr(X, "tocsr") else ""
         raise InvalidParameterError(
             "X",
             f"data-parallel training ({setting} > 1) takes a dense numeric array "
-            f"(NumPy, pandas, a tensor) with one row per sample, got {type(X).__name__}; "
-            f"densify it or use {setting}=1",
+            f"(NumPy, pandas, a tensor) with one row per sample, got {type(X).__name__}"
+            f"{dense}; or use {setting}=1",
         )
     return array
 
@@ -187,7 +188,9 @@ def fit_fold(
     seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
     with _INIT_LOCK:
         net._initialize_seeded(seed)
+    check_rows(Xf, y)
     target = net._target(Xf, y)
+    net.try_batch(Xf, target)
     trainer = _trainer(net, gang.size, seed, timeout)
     try:
         trainer.fit_on_gang(gang, Xf, target, initial=net.module_)

@@ -50,6 +50,8 @@ class JobSpec:
     backend: str = "gloo"
     rank_devices: tuple[str, ...] = ()  # per rank, "cpu" or "cuda:i"; () is CPU everywhere
     progress_var: str | None = None  # rank 0's latest epochs, for the dashboard
+    # The torch dtypes X and y are trained as, decided on the driver (initial_model).
+    dtypes: tuple[str, str] = ("", "")
 
     def device(self, rank: int) -> torch.device:
         """Rank ``rank``'s device (made current on its thread when it is a GPU)."""
@@ -76,8 +78,12 @@ def rank_batches(n_rows: int, steps: int, batch_size: int, order: np.ndarray | N
     return [order[t * batch_size : (t + 1) * batch_size] for t in range(steps)]
 
 
-def _tensor(a: np.ndarray) -> torch.Tensor:
+def _tensor(a: np.ndarray, dtype: str = "") -> torch.Tensor:
+    """``a`` as a tensor of ``dtype`` (a torch dtype's name); "": floating as torch's
+    default dtype, integers as int64 (what class-index losses expect), bool as it is."""
     t = torch.from_numpy(np.ascontiguousarray(a))
+    if dtype:
+        return t.to(getattr(torch, dtype))
     if t.is_floating_point():
         return t.to(torch.get_default_dtype())
     if a.dtype.kind in "iu":
@@ -182,7 +188,7 @@ def _train(
     job: JobSpec, rank: int, model: torch.nn.Module, opt: Any, X: Any, y: Any
 ) -> dict[str, Any]:
     sync = make_sync(job.sync, model, job.average_every)
-    Xt, yt = _tensor(X), _tensor(y)
+    Xt, yt = _tensor(X, job.dtypes[0]), _tensor(y, job.dtypes[1])
     history = []
     report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):

@@ -117,7 +117,7 @@ def train_ssp_rank(
     model.to(device)
     model.train()
     params = list(model.parameters())
-    Xt, yt = _tensor(X), _tensor(y)
+    Xt, yt = _tensor(X, job.dtypes[0]), _tensor(y, job.dtypes[1])
     history: list[dict[str, Any]] = []
     clock = 0
     weights, low = ps.pull().result()

@@ -30,6 +30,7 @@ model can be the estimator of a ``SearchCV`` trial like any other:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import numbers
 from typing import Any, ClassVar
@@ -44,6 +45,8 @@ from skorch.utils import is_dataset
 
 from ..exceptions import InvalidParameterError
 from ._checks import TRAINER_DEFAULTS, check_trainer_options
+from ._data import check_finite, check_numeric
+from ._inputs import _float32, check_rows, labels_of, try_first_rows
 
 __all__ = ["TRAINER_DEFAULTS", "TorchClassifier", "TorchRegressor"]
 
@@ -80,22 +83,6 @@ def _keyword_defaults(cls: Any) -> dict[str, Any]:
     }
 
 
-def _float32(X: Any) -> Any:
-    """``X`` with floating (and integer) arrays as float32; datasets and dicts as given."""
-    if isinstance(X, torch.Tensor):
-        return X.float() if X.dtype != torch.float32 else X
-    if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # a pandas DataFrame
-        X = X.to_numpy()
-    if hasattr(X, "tocsr") and hasattr(X, "dtype"):  # scipy sparse
-        return X.astype(np.float32) if X.dtype != np.float32 else X
-    if isinstance(X, (list, tuple, np.ndarray)):
-        array = np.asarray(X)
-        if array.dtype.kind in "fiub" and array.dtype != np.float32:
-            return array.astype(np.float32)
-        return array
-    return X
-
-
 def _in_dask_task() -> bool:
     """Whether this runs as a task on a Dask worker (a one-worker search trial)."""
     from distributed import get_worker
@@ -126,6 +113,9 @@ class _TorchEstimator:
     lr: Any
     random_state: Any
     initialized_: bool
+    device: Any
+    module_: Any
+    criterion_: Any
     history: Any
     seed_: int
 
@@ -299,10 +289,23 @@ class _TorchEstimator:
         return y
 
     def fit_loop(self, X: Any, y: Any = None, epochs: Any = None, **fit_params: Any) -> Any:
+        if not is_dataset(X):
+            X = _float32(X)
+            check_rows(X, y)
         y = self._target(X, y)
+        if not is_dataset(X):
+            self.try_batch(X, y)
         # The epochs reseed torch's global generator: give the caller's state back after.
         with torch.random.fork_rng(devices=[]):
             return super().fit_loop(X, y, epochs=epochs, **fit_params)  # type: ignore[misc]
+
+    def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
+        """InvalidParameterError if the module's outputs cannot match ``y`` (subclasses)."""
+
+    def try_batch(self, X: Any, y: Any) -> None:
+        """The module and criterion on the first rows of ``X`` (float32) and the encoded
+        ``y``, before training (:func:`._inputs.try_first_rows`)."""
+        try_first_rows(self, X, y)
 
     def get_dataset(self, X: Any, y: Any = None) -> Any:
         if is_dataset(X):
@@ -352,15 +355,23 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
         """``y``'s labels as int64 class indices; sets ``classes_`` on a first fit."""
         if y is None:
             return y
-        labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
-        if labels.ndim == 2 and labels.shape[1] == 1:
-            labels = labels.ravel()
-        if labels.ndim != 1:
-            raise InvalidParameterError(
-                "y", f"a classifier takes one label per row (1-D y), got shape {labels.shape}"
-            )
+        labels = labels_of(y)
         known = self.classes if self.classes is not None else self.__dict__.get("classes_inferred_")
-        classes = np.unique(labels) if known is None else np.asarray(known)
+        try:
+            classes = np.unique(labels) if known is None else np.asarray(known)
+        except TypeError as exc:  # labels of several types: 1 and "a" do not sort
+            kinds = sorted({type(v).__name__ for v in labels})
+            raise InvalidParameterError(
+                "y",
+                f"labels of several types ({', '.join(kinds)}) cannot be ordered: make them "
+                "one type (e.g. y.astype(str))",
+            ) from exc
+        if classes.size < 2:
+            raise InvalidParameterError(
+                "y",
+                f"y has one class ({classes.tolist()}): a classifier needs at least 2 (pass "
+                "classes= with all labels to partial_fit if later batches bring the others)",
+            )
         unknown = np.setdiff1d(labels, classes)
         if unknown.size:
             raise InvalidParameterError(
@@ -371,6 +382,18 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
             )
         self.classes_inferred_ = classes
         return np.searchsorted(classes, labels).astype(np.int64)
+
+    def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
+        classes = self.__dict__.get("classes_inferred_")
+        per_class = isinstance(self.criterion_, (torch.nn.CrossEntropyLoss, torch.nn.NLLLoss))
+        n = 0 if classes is None else len(classes)
+        if per_class and n and y_pred.ndim == 2 and y_pred.shape[1] != n:
+            raise InvalidParameterError(
+                "module",
+                f"the module gives {y_pred.shape[1]} outputs a row but y has {n} classes "
+                f"{np.asarray(classes)[:5].tolist()}: its last layer needs {n} outputs (one "
+                "logit per class)",
+            )
 
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class label of each row (labels as in ``classes_``)."""
@@ -389,9 +412,26 @@ class TorchRegressor(_TorchEstimator, NeuralNetRegressor):
     def _target(self, X: Any, y: Any) -> Any:
         if y is None:
             return y
-        target = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float32)
+        given = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if given.dtype.kind == "O":  # numbers in an object array (None: NaN, refused below)
+            with contextlib.suppress(TypeError, ValueError):
+                given = given.astype(np.float64)
+        check_numeric("y", given.dtype)
+        target = given.astype(np.float32)
+        check_finite("y", target)
         self.n_targets_dim_ = target.ndim
         return target.reshape(-1, 1) if target.ndim == 1 else target
+
+    def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
+        elementwise = (torch.nn.MSELoss, torch.nn.L1Loss, torch.nn.SmoothL1Loss, torch.nn.HuberLoss)
+        if isinstance(self.criterion_, elementwise) and y_pred.shape != y_true.shape:
+            raise InvalidParameterError(
+                "module",
+                f"the module's output (shape {tuple(y_pred.shape)} for {len(y_pred)} rows) "
+                f"does not match y's (shape {tuple(y_true.shape)}), and the criterion would "
+                f"broadcast one against the other: give the module {y_true.shape[-1]} "
+                "outputs a row (one per column of y)",
+            )
 
     def predict(self, X: Any) -> np.ndarray:
         """The predictions; 1-D when the model was fitted on a 1-D ``y``."""

@@ -42,7 +42,7 @@ from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, Start, state_bytes, state_from_bytes
 from ._checks import SYNCS, check_name, check_params, initial_model
-from ._data import check_data, computed_on, place_shards, rank_order
+from ._data import check_data, check_finite_shards, computed_on, place_shards, rank_order
 from ._device import DevicePlan, plan_devices, probe_workers
 from ._rank import JobSpec, free_port, train_rank
 from ._record import JobRecord, job_lineage, job_metrics
@@ -188,13 +188,13 @@ class DataParallelTrainer(BaseEstimator):
             self.data_fingerprint_ = data_fingerprint(Xa, ya)
             self.signature_ = input_signature(Xa)
             seed = entropy_of(self.random_state) % (2**31 - 1)
-            model = initial_model(self, seed, Xa, ya, initial)
+            model, self._dtypes = initial_model(self, seed, Xa, ya, initial)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
         return Xa, ya, seed, model
 
     def fit(self, X: Any, y: Any) -> DataParallelTrainer:
-        """Train on ``(X, y)``: NumPy arrays, Dask arrays or dataframes; returns self."""
+        """Train on ``(X, y)``: NumPy arrays, pandas or Dask dataframes, Dask arrays; returns self."""
         given = self.client if isinstance(self.client, Client) else None
         Xa, ya, seed, model = self._prepare(X, y, int(self.n_workers), client=given)
         self.experiment_id_: int | None = None
@@ -381,6 +381,7 @@ class DataParallelTrainer(BaseEstimator):
         workers = alive_workers(client, running=False)
         plan = self._plan(client, gang)
         shards = place_shards(client, gang.workers, X, y)
+        check_finite_shards(client, X, y, shards)
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
         checkpoints = CheckpointInbox(client, self.registry, self._keep, list(start.history))
@@ -412,6 +413,7 @@ class DataParallelTrainer(BaseEstimator):
             backend=plan.backend,
             rank_devices=plan.rank_devices,
             progress_var=progress_var,
+            dtypes=self._dtypes,
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
