@@ -131,24 +131,45 @@ def _invoke(url: str, *args: str | Path) -> Any:
     return result
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _kill_after_checkpoint(
     file: Path, url: str, name: str, sig: int = signal.SIGKILL
 ) -> tuple[dict[str, Any], int, str]:
     """Run FILE with its own cluster; once the registry records the checkpoint of epoch
     AFTER, SIGKILL the driver and that cluster (or send ``sig`` to the driver alone).
     Returns that checkpoint's record, the driver's exit code and its stderr."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dmlsearch", "run", str(file), "--no-progress", "--registry", url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its process group: the driver and the workers it started
-    )
+    # Files, not pipes: nobody reads a pipe while the driver runs, and the driver's and its
+    # workers' logs (they share its stderr) would block on a full pipe.
+    out, err = file.with_suffix(".out"), file.with_suffix(".err")
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dmlsearch",
+                "run",
+                str(file),
+                "--no-progress",
+                "--registry",
+                url,
+            ],
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,  # its process group: the driver and the workers it started
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            # A test run started in the background (`cmd &`, nohup) ignores SIGINT, and a
+            # child inherits that: Python then installs no KeyboardInterrupt handler.
+            preexec_fn=_default_sigint,
+        )
     try:
         deadline = time.monotonic() + 240
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"the driver ended before it was killed: {proc.communicate()}")
+                pytest.fail(f"the driver ended before it was killed: {err.read_text()}")
             assert time.monotonic() < deadline, "no checkpoint of epoch AFTER was recorded"
             try:
                 checkpoint = _config(url, name).get("checkpoint")
@@ -161,12 +182,17 @@ def _kill_after_checkpoint(
             os.killpg(proc.pid, signal.SIGKILL)
         else:
             proc.send_signal(sig)
-        code = proc.wait(timeout=120)
-        return dict(checkpoint), code, proc.communicate()[1]
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGABRT)  # faulthandler writes every thread's stack
+            proc.wait(timeout=30)
+            pytest.fail(f"the driver did not end 120 s after {sig!r}: {err.read_text()[-8000:]}")
+        return dict(checkpoint), code, err.read_text()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+            proc.wait()
 
 
 def test_a_killed_driver_resumes_from_its_last_checkpoint_which_gc_keeps(tmp_path: Path) -> None:
