@@ -330,6 +330,14 @@ def test_the_driver_refuses_naming_what_to_change(
     assert caught.value.param == param
 
 
+@pytest.mark.parametrize("start", [-1, 3, 7])
+def test_a_continued_job_starts_within_its_epochs(start: int) -> None:
+    # Checked before the gang is looked at (so None stands for it here).
+    with pytest.raises(InvalidParameterError, match="below epochs=3") as caught:
+        trainer(epochs=3).fit_on_gang(None, X, Y, start_epoch=start)  # type: ignore[arg-type]
+    assert caught.value.param == "start_epoch"
+
+
 @pytest.mark.parametrize(
     ("X", "model_fn", "x_dtype"),
     [

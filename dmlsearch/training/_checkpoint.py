@@ -38,9 +38,12 @@ def _on_cpu(value: Any) -> Any:
 
 
 def state_bytes(
-    epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+    epoch: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | dict[str, Any] | None = None,
 ) -> bytes:
-    """``torch.save`` of ``{"epoch", "model", "optimizer"}`` (state dicts: tensors and numbers).
+    """``torch.save`` of ``{"epoch", "model", "optimizer"}`` (state dicts: tensors and numbers;
+    ``optimizer``: an optimizer or its ``state_dict()``).
 
     Tensors are saved from host memory whatever device the model is on, so that a driver
     (or a registry's reader) without a GPU loads them.
@@ -49,10 +52,14 @@ def state_bytes(
     state = {
         "epoch": epoch,
         "model": _on_cpu(model.state_dict()),
-        "optimizer": None if optimizer is None else _on_cpu(optimizer.state_dict()),
+        "optimizer": None if optimizer is None else _on_cpu(_state_of(optimizer)),
     }
     torch.save(state, buf)
     return buf.getvalue()
+
+
+def _state_of(optimizer: torch.optim.Optimizer | dict[str, Any]) -> dict[str, Any]:
+    return optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
 
 
 def state_from_bytes(data: bytes) -> dict[str, Any]:

@@ -147,7 +147,7 @@ def check_X(X: Any, setting: str = "workers_per_trial") -> np.ndarray:
     return array
 
 
-def _trainer(net: Any, k: int, seed: int, timeout: float) -> DataParallelTrainer:
+def _trainer(net: Any, k: int, seed: int, timeout: float, epochs: int) -> DataParallelTrainer:
     options = net.trainer_options()
     nll = isinstance(net.criterion_, torch.nn.NLLLoss)
     _, optimizer_kwargs = net.get_params_for_optimizer("optimizer", [])
@@ -155,7 +155,7 @@ def _trainer(net: Any, k: int, seed: int, timeout: float) -> DataParallelTrainer
         _Build(net.module, net.get_params_for("module")),
         _Loss(net.criterion_, isinstance(net, NeuralNetClassifier) and nll),
         _Optimizer(net.optimizer, optimizer_kwargs),
-        epochs=int(net.max_epochs),
+        epochs=epochs,
         batch_size=int(net.batch_size) // k,
         sync=options["sync"],
         average_every=int(options["average_every"]),
@@ -169,12 +169,22 @@ def _trainer(net: Any, k: int, seed: int, timeout: float) -> DataParallelTrainer
 
 
 def fit_fold(
-    gang: Gang, net: Any, X: Any, y: Any, draws: np.random.RandomState, timeout: float
+    gang: Gang,
+    net: Any,
+    X: Any,
+    y: Any,
+    draws: np.random.RandomState,
+    timeout: float,
+    *,
+    continued: bool = False,
 ) -> Any:
-    """Fit the unfitted ``net`` on ``(X, y)`` data-parallel on ``gang``; returns it fitted.
+    """Fit ``net`` on ``(X, y)`` data-parallel on ``gang``; returns it fitted.
 
     ``draws``: the trial's generator, drawn from for a ``random_state=None`` net as a
     one-process trial draws from NumPy's global one (which the search seeds per trial).
+    ``continued`` (an initialised net: ``warm_start``, ``partial_fit``): train
+    ``max_epochs`` more epochs from its module and optimizer state, as a one-process
+    continued fit does, instead of initialising it.
     A worker lost mid-training raises :class:`GangWorkerLostError` naming it.
     """
     check_estimator(net, gang.size)
@@ -185,19 +195,35 @@ def fit_fold(
             f"{len(Xf)} training rows are fewer than batch_size={net.batch_size} (the "
             f"global batch of data-parallel training on {gang.size} workers): lower batch_size",
         )
-    seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
-    with _INIT_LOCK:
-        net._initialize_seeded(seed)
+    if continued:
+        seed, done = int(net.seed_), len(net.history)
+        optimizer_state = net.optimizer_.state_dict()
+    else:
+        seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
+        with _INIT_LOCK:
+            net._initialize_seeded(seed)
+        done, optimizer_state = 0, None
     check_rows(Xf, y)
     target = net._target(Xf, y)
     net.try_batch(Xf, target)
-    trainer = _trainer(net, gang.size, seed, timeout)
+    trainer = _trainer(net, gang.size, seed, timeout, done + int(net.max_epochs))
     try:
-        trainer.fit_on_gang(gang, Xf, target, initial=net.module_)
+        trainer.fit_on_gang(
+            gang,
+            Xf,
+            target,
+            initial=net.module_,
+            start_epoch=done,
+            optimizer_state=optimizer_state,
+        )
     except TrainingError as exc:
         if isinstance(exc.__cause__, GangWorkerLostError):
             raise exc.__cause__ from None
         raise
+    if trainer.optimizer_state_ is not None:
+        # The ranks' optimizer state (momentum, Adam's moments) goes on with the net: a
+        # later continued fit, data-parallel or in one process, starts from it.
+        net.optimizer_.load_state_dict(trainer.optimizer_state_)
     for entry in trainer.history_:  # skorch's per-epoch history, as a one-process fit has it
         net.history.new_epoch()
         net.history.record("epoch", entry["epoch"])
@@ -211,12 +237,6 @@ def check_data_parallel(net: Any) -> int:
     the cluster and the data is checked (InvalidParameterError saying what to change)."""
     k = int(net.trainer_options()["n_workers"])
     check_estimator(net, k, "trainer__n_workers")
-    if net.warm_start:
-        raise InvalidParameterError(
-            "warm_start",
-            f"a data-parallel fit (trainer__n_workers={k}) trains all max_epochs from a "
-            "fresh start; set warm_start=False, or trainer__n_workers=1 to continue in one process",
-        )
     if net.trainer_options()["client"] is None:
         _current_client(k)
     return k
@@ -253,12 +273,19 @@ def _fit_client(net: Any, k: int) -> Iterator[Client]:
         yield client
 
 
-def fit_data_parallel(net: Any, X: Any, y: Any, fit_params: dict[str, Any]) -> Any:
-    """``net.fit(X, y)`` on a gang of ``trainer__n_workers`` workers; returns ``net`` fitted.
+def fit_data_parallel(
+    net: Any, X: Any, y: Any, fit_params: dict[str, Any], *, partial: bool = False
+) -> Any:
+    """``net.fit(X, y)`` (``partial``: ``net.partial_fit``) on a gang of
+    ``trainer__n_workers`` workers; returns ``net`` fitted.
 
-    Everything is checked before a worker is reserved; the seed is drawn as a one-process
-    fit draws it (``random_state=None``: from NumPy's global generator).
+    As in one process, an initialised net continues (``max_epochs`` more epochs from its
+    module and optimizer state) under ``partial_fit``, or under ``fit`` with
+    ``warm_start=True``; otherwise it starts afresh. Everything is checked before a worker
+    is reserved; the seed is drawn as a one-process fit draws it (``random_state=None``:
+    from NumPy's global generator).
     """
+    continued = bool(net.initialized_) and (partial or bool(net.warm_start))
     k = check_data_parallel(net)
     if fit_params:
         raise InvalidParameterError(
@@ -276,4 +303,6 @@ def fit_data_parallel(net: Any, X: Any, y: Any, fit_params: dict[str, Any]) -> A
                 f"{total}, add workers, or set trainer__n_workers=1 to train in this process",
             )
         with reserve(client, k, name=f"{type(net).__name__}.fit") as gang:
-            return fit_fold(gang, net, Xf, y, check_random_state(None), FIT_TIMEOUT)
+            return fit_fold(
+                gang, net, Xf, y, check_random_state(None), FIT_TIMEOUT, continued=continued
+            )

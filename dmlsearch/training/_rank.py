@@ -130,6 +130,13 @@ class EpochReporter:
             Variable(job.progress_var, client=get_client()).set(value)
 
 
+def seed_epoch(seed: int, rank: int, epoch: int) -> None:
+    """Seed torch's generator for ``epoch`` of ``rank``."""
+    # Dropout and other draws of epoch e depend on (seed, rank, e) alone: a job continued
+    # from epoch e trains as the one that ran all its epochs at once.
+    torch.manual_seed(int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0]))
+
+
 def _epoch(
     job: JobSpec, rank: int, epoch: int, net: Any, sync: Any, opt: Any, X: Any, y: Any
 ) -> dict[str, Any]:
@@ -137,6 +144,7 @@ def _epoch(
     order = None
     if job.shuffle:
         order = np.random.default_rng([job.seed, rank, epoch]).permutation(len(X))
+    seed_epoch(job.seed, rank, epoch)
     started = time.perf_counter()
     sync_before, rounds_before = sync.sync_seconds, sync.rounds
     # Summed where the loss is: reading it every step would wait for a GPU every step.

@@ -22,7 +22,7 @@ from distributed import Client
 
 from ..runner.gang import Gang
 from ._checkpoint import CheckpointInbox, state_bytes, state_from_bytes
-from ._rank import EpochReporter, JobSpec, _tensor, publish, rank_batches
+from ._rank import EpochReporter, JobSpec, _tensor, publish, rank_batches, seed_epoch
 
 __all__ = ["ParameterServer", "run_ssp", "server_state", "train_ssp_rank"]
 
@@ -126,6 +126,7 @@ def train_ssp_rank(
         order = None
         if job.shuffle:
             order = np.random.default_rng([job.seed, rank, epoch]).permutation(len(X))
+        seed_epoch(job.seed, rank, epoch)
         started, waited, total = time.perf_counter(), 0.0, 0.0
         for rows in rank_batches(len(X), job.steps, job.batch_size, order):
             sync_started = time.perf_counter()

@@ -277,12 +277,9 @@ class _TorchEstimator:
 
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None, **fit_params: Any) -> Any:
         if self._data_parallel():
-            raise InvalidParameterError(
-                "trainer__n_workers",
-                f"partial_fit trains in this process, but trainer__n_workers="
-                f"{self.trainer_options()['n_workers']}: call fit (all epochs data-parallel) "
-                "or set trainer__n_workers=1",
-            )
+            from ._gang_fold import fit_data_parallel
+
+            return fit_data_parallel(self, X, y, fit_params, partial=True)
         return super().partial_fit(X, y, classes=classes, **fit_params)  # type: ignore[misc]
 
     def _target(self, X: Any, y: Any) -> Any:

@@ -221,7 +221,14 @@ class DataParallelTrainer(BaseEstimator):
         return self
 
     def fit_on_gang(
-        self, gang: Gang, X: Any, y: Any, *, initial: torch.nn.Module | None = None
+        self,
+        gang: Gang,
+        X: Any,
+        y: Any,
+        *,
+        initial: torch.nn.Module | None = None,
+        start_epoch: int = 0,
+        optimizer_state: dict[str, Any] | None = None,
     ) -> DataParallelTrainer:
         """Train on the workers of ``gang``, which the caller has reserved; returns self.
 
@@ -230,11 +237,20 @@ class DataParallelTrainer(BaseEstimator):
         ``client``, ``elastic``, ``registry`` and ``experiment_name`` are not used, and no
         job is shown on the dashboard (the search shows its trials). ``initial``: the
         module to start from (trained in place, becomes ``model_``) instead of a seeded
-        ``model_fn()``. A rank that fails or whose worker leaves raises
+        ``model_fn()``; with ``start_epoch`` > 0 (and the optimizer's ``optimizer_state``)
+        the job continues one that ran that many epochs: it trains epochs ``start_epoch``
+        to ``epochs`` with the same per-epoch shuffling and seeds, so the model is the one
+        ``epochs`` at once would give. A rank that fails or whose worker leaves raises
         :class:`TrainingError`.
         """
+        if not 0 <= int(start_epoch) < int(self.epochs):
+            raise InvalidParameterError(
+                "start_epoch",
+                f"start_epoch={start_epoch} must be at least 0 and below epochs={self.epochs} "
+                "(the total, epochs already run included)",
+            )
         Xa, ya, seed, model = self._prepare(X, y, gang.size, initial, gang.client)
-        start = Start(state_bytes(0, model))
+        start = Start(state_bytes(int(start_epoch), model, optimizer_state), int(start_epoch))
         silent = JobWatch(gang.client, None)
         results = self._run(gang.client, gang, Xa, ya, start, seed, silent)
         self._fitted(model, results, start, gang.size)
@@ -244,8 +260,10 @@ class DataParallelTrainer(BaseEstimator):
         self, model: torch.nn.Module, results: list[dict[str, Any]], start: Start, k: int
     ) -> None:
         """Set the fitted attributes from rank 0's final state and figures."""
-        model.load_state_dict(state_from_bytes(results[0]["state"])["model"])
+        final = state_from_bytes(results[0]["state"])
+        model.load_state_dict(final["model"])
         self.model_ = model
+        self.optimizer_state_: dict[str, Any] | None = final.get("optimizer")
         self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
         self.n_workers_ = k
         self.model_version_: ModelVersionRecord | None = None
