@@ -209,7 +209,12 @@ def _run_steps(
     )
     status = "failed"
     try:
-        search.runner_stats_ = loop.run()
+        if search.workers_per_trial > 1:
+            search.runner_stats_ = _run_gang_steps(
+                search, client, setup, source, fit_params, tick, progress, budget_ends, name
+            )
+        else:
+            search.runner_stats_ = loop.run()
         status = "complete"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -220,6 +225,42 @@ def _run_steps(
         if reporter is not None:
             reporter.experiment_finished(status)
     source.finish()
+
+
+def _run_gang_steps(
+    search: SearchCV,
+    client: Client,
+    setup: _Setup,
+    source: Any,
+    fit_params: dict[str, Any],
+    tick: Any,
+    progress: Any,
+    budget_ends: float | None,
+    name: str,
+) -> Any:
+    """The rung steps of data-parallel trials (``workers_per_trial > 1``), each on a gang;
+    the trials' fold nets are held on the driver between rungs (:mod:`.runner.gang_rungs`)."""
+    from .runner.gang_rungs import GangRungSteps
+    from .runner.gang_trials import GangTrialRunner
+
+    k = int(search.workers_per_trial)
+    runner = GangTrialRunner(
+        client,
+        k,
+        progress=progress,
+        name=f"{type(search.estimator).__name__} ({name}, gangs of {k})",
+    )
+    steps = GangRungSteps(
+        SearchData(setup.X, setup.y, dict(fit_params)),
+        setup.context,
+        float(runner.collective_timeout),
+    )
+
+    def gang_tick() -> None:
+        tick()
+        steps.release(source.take_released())
+
+    return runner.run_rungs(source, steps, ends=budget_ends, on_tick=gang_tick)
 
 
 def _reporter(

@@ -160,6 +160,7 @@ TEXT_FIELDS = [
 POSITIVE_INT_FIELDS = [
     "search.n_trials",
     "search.max_concurrent_trials",
+    "search.workers_per_trial",
     "cluster.local.n_workers",
     "cluster.local.threads_per_worker",
     "scheduler.min_resource",

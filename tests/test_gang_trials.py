@@ -68,6 +68,10 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
         (dict(estimator=LogisticRegression(), workers_per_trial=2), "XGBClassifier"),
         (dict(estimator=xgb, workers_per_trial=2, keep_oof=True), "keep_oof"),
         (dict(estimator=xgb, workers_per_trial=2, trial_timeout=5.0), "trial_timeout"),
+        (
+            dict(estimator=xgb, workers_per_trial=2, scheduler="asha", max_resource=9),
+            "for xgboost yet",
+        ),
     ]
     for kwargs, text in cases:
         estimator = kwargs.pop("estimator")

@@ -148,7 +148,8 @@ def test_bad_settings_fail_before_any_work(
         (clone(net).set_params(callbacks=[("x", None)]), {}, "callbacks="),
         (clone(net).set_params(trainer__sync="ring"), {}, "trainer__sync"),
         (clone(net).set_params(trainer__every=2), {}, "trainer__every"),
-        (net, {"scheduler": "asha", "resource": "max_epochs", "max_resource": 3}, "scheduler"),
+        (net, {"scheduler": "asha", "resource": "partial_fit", "max_resource": 3}, "resource="),
+        (net, {"scheduler": "asha", "resource": "n_samples", "max_resource": 3}, "max_epochs"),
         (net, {"keep_oof": True}, "keep_oof"),
     ]
     for estimator, kwargs, text in cases:

@@ -275,6 +275,7 @@ def build_search(
         time_budget=s.time_budget,
         time_budget_policy=s.time_budget_policy,
         max_retries=s.max_retries,
+        workers_per_trial=s.workers_per_trial,
         progress=progress,
         registry=registry if registry is not None else make_registry(cfg),
         experiment_name=cfg.name,

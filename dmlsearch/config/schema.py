@@ -206,6 +206,7 @@ class SearchSection(_Section):
     max_concurrent_trials: PosInt | None = None
     trial_timeout: Seconds | None = None
     max_retries: NonNegInt = 2
+    workers_per_trial: PosInt = 1
 
     @field_validator("strategy", mode="before")
     @classmethod

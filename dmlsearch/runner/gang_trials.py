@@ -242,18 +242,8 @@ class GangTrialRunner:
         skip: set[int] | None = None,
         on_tick: Callable[[], None] | None = None,
     ) -> None:
-        n_workers = len(alive_workers(self.client))
-        if self.k > n_workers:
-            raise InvalidParameterError(
-                "workers_per_trial",
-                f"workers_per_trial={self.k} but the cluster has {n_workers} workers: lower "
-                "it or add workers",
-            )
-        if data.fit_params:
-            raise InvalidParameterError(
-                "fit_params",
-                f"workers_per_trial > 1 takes no fit parameters, got {sorted(data.fit_params)}",
-            )
+        n_workers = self._check_cluster()
+        self._check_data(data)
         if is_torch_estimator(context.estimator):
             from ..training._gang_fold import check_X
 
@@ -267,12 +257,87 @@ class GangTrialRunner:
             estimator=context.estimator,
         )
         kind = TrialKind(data, context, UnitPolicy())
-        slots = max(1, n_workers // self.k)
         started = time.monotonic() if self.budget_start is None else self.budget_start
         ends = None if self.time_budget is None else started + self.time_budget
+        self._drive(
+            source,
+            lambda unit: self._trial(kind, unit, data, context),
+            n_workers,
+            ends,
+            on_tick,
+        )
+
+    def run_rungs(
+        self,
+        source: Any,
+        steps: Any,
+        *,
+        ends: float | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> RunStats:
+        """Run a multi-fidelity search's rung steps (``source``: a
+        :class:`~dmlsearch.runner.rungs.RungSource`), each on a gang, with ``steps`` (a
+        :class:`~dmlsearch.runner.gang_rungs.GangRungSteps`); ``ends``: a
+        ``time.monotonic()`` after which no step starts. Returns the run's stats."""
+        n_workers = self._check_cluster()
+        self._check_data(steps.data)
+        from ..training._gang_fold import check_X
+
+        check_X(steps.data.X)
+        error_score = steps.context.evaluation.error_score
+
+        def rung(unit: Unit[Any]) -> Any:
+            spec = unit.payload
+            name = f"trial {spec.trial} (to {spec.resource})"
+            try:
+                self._wait_for_workers(name)
+                with reserve(self.client, self.k, name=name) as gang:
+                    return steps.step(gang, spec)
+            except GangWorkerLostError as exc:
+                return steps.failed(spec, FAILED, f"GangWorkerLostError: {exc}")
+            except Exception:
+                if error_score == "raise":
+                    raise
+                return steps.failed(spec, FAILED, traceback.format_exc())
+
+        try:
+            self._drive(source, rung, n_workers, ends, on_tick)
+        finally:
+            steps.release()
+        return self.stats
+
+    @staticmethod
+    def _check_data(data: SearchData) -> None:
+        if data.fit_params:
+            raise InvalidParameterError(
+                "fit_params",
+                f"workers_per_trial > 1 takes no fit parameters, got {sorted(data.fit_params)}",
+            )
+
+    def _check_cluster(self) -> int:
+        n_workers = len(alive_workers(self.client))
+        if self.k > n_workers:
+            raise InvalidParameterError(
+                "workers_per_trial",
+                f"workers_per_trial={self.k} but the cluster has {n_workers} workers: lower "
+                "it or add workers",
+            )
+        return n_workers
+
+    def _drive(
+        self,
+        source: Any,
+        run_unit: Callable[[Unit[Any]], Any],
+        n_workers: int,
+        ends: float | None,
+        on_tick: Callable[[], None] | None,
+    ) -> None:
+        """Units from ``source``, each run by ``run_unit`` in a driver thread, as many at
+        once as the cluster has room for gangs; every result recorded once."""
+        slots = max(1, n_workers // self.k)
         self.progress.start(source.total, self.name)
         best: float | None = None
-        running: dict[cf.Future[TrialOutcome], Unit[TrialSpec]] = {}
+        running: dict[cf.Future[Any], Unit[Any]] = {}
         exhausted = False
         try:
             with cf.ThreadPoolExecutor(slots, thread_name_prefix="dmlsearch-gang") as pool:
@@ -289,8 +354,7 @@ class GangTrialRunner:
                         assert isinstance(unit, Unit)
                         source.submitted([unit])
                         self.stats.submitted_tasks += 1
-                        future = pool.submit(self._trial, kind, unit, data, context)
-                        running[future] = unit
+                        running[pool.submit(run_unit, unit)] = unit
                     if not running:
                         break
                     done, _ = cf.wait(running, timeout=0.2, return_when=cf.FIRST_COMPLETED)

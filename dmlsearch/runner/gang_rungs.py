@@ -1,0 +1,146 @@
+"""Rung steps of data-parallel torch trials: ``SearchCV(scheduler=..., workers_per_trial=k)``.
+
+A multi-fidelity search whose trials each train on a gang of k workers
+(:mod:`dmlsearch.runner.gang_trials`) with torch epochs (``resource="max_epochs"``) as
+the budget. Each rung step reserves a gang and trains every CV fold of one trial on it
+(:func:`dmlsearch.training._gang_fold.fit_fold`); a promoted trial's folds continue from
+their trained nets, module and optimizer state, for the rung's extra epochs only, so the
+epochs trained across rungs are those of the highest rung each trial reached.
+
+Where the state lives: a data-parallel fold's weights come back to the driver at the end
+of each fit (the fitted net the search scores there), so the trials' fold nets are held
+by the driver between rungs, not by a worker as one-worker rung steps' states are; they
+are dropped as soon as the scheduler says a trial will not be continued. A step whose
+state is gone (a resumed search) trains its folds from scratch to the rung's epochs.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.utils.metaestimators import _safe_split
+
+from .._evaluate import SearchData, _score
+from .._rungs import RungContext, RungResult, RungSpec
+from .._states import COMPLETE
+from ..exceptions import InvalidParameterError
+from .gang import Gang
+
+__all__ = ["GangRungSteps", "check_gang_resource"]
+
+
+def check_gang_resource(resource: Any, k: int) -> None:
+    """InvalidParameterError unless ``resource`` can be the budget of k-worker torch trials."""
+    if resource != "max_epochs":
+        raise InvalidParameterError(
+            "resource",
+            f"resource={resource!r} does not combine with workers_per_trial={k}: data-parallel "
+            "trials count their budget in torch epochs, resource='max_epochs' (or use "
+            "workers_per_trial=1)",
+        )
+
+
+class GangRungSteps:
+    """Runs rung steps of torch trials on gangs; holds each trial's fold nets between rungs.
+
+    ``timeout``: seconds a collective of a fold's ranks may wait. Thread-safe: steps of
+    different trials run in the driver's threads at once.
+    """
+
+    def __init__(self, data: SearchData, context: RungContext, timeout: float) -> None:
+        self.data = data
+        self.context = context
+        self.timeout = timeout
+        self._held: dict[int, tuple[int, list[Any]]] = {}
+        self._lock = threading.Lock()
+
+    def held(self) -> list[int]:
+        """The trials whose fold nets the driver holds now."""
+        with self._lock:
+            return sorted(self._held)
+
+    def release(self, trials: list[int] | None = None) -> None:
+        """Drop the fold nets of ``trials`` (every trial's if None)."""
+        with self._lock:
+            if trials is None:
+                self._held.clear()
+            for trial in trials or ():
+                self._held.pop(trial, None)
+
+    def failed(self, spec: RungSpec, state: str, error: str) -> RungResult:
+        """The result of a step that could not run (its trial's nets are dropped)."""
+        self.release([spec.trial])
+        ev = self.context.evaluation
+        return RungResult.of(spec, state, len(ev.splits), ev.return_train_score, error=error)
+
+    def _take(self, spec: RungSpec) -> tuple[int, list[Any]] | None:
+        with self._lock:
+            held = self._held.pop(spec.trial, None)
+        n = len(self.context.evaluation.splits)
+        if held is None or spec.from_resource == 0 or held[0] != spec.from_resource:
+            return None
+        return held if len(held[1]) == n else None
+
+    def step(self, gang: Gang, spec: RungSpec) -> RungResult:
+        """Train and score the trial's folds to ``spec.resource`` epochs on ``gang``."""
+        from ..training._gang_fold import fit_fold
+        from .gang_trials import _guarded
+
+        ev, data = self.context.evaluation, self.data
+        started = time.time()
+        held = self._take(spec)
+        fresh = clone(ev.estimator).set_params(**clone(spec.params, safe=False))
+        # A random_state=None net draws its seed from this, as a one-step trial does.
+        draws = np.random.RandomState(spec.seed % (2**32))
+        test: list[dict[str, float]] = []
+        train: list[dict[str, float]] = []
+        fit_times: list[float] = []
+        score_times: list[float] = []
+        nets: list[Any] = []
+        work = 0
+        for fold, (rows, test_rows) in enumerate(ev.splits):
+            X_train, y_train = _safe_split(fresh, data.X, data.y, rows)
+            X_test, y_test = _safe_split(fresh, data.X, data.y, test_rows, rows)
+            previous = held[0] if held is not None else 0
+            net = held[1][fold] if held is not None else clone(fresh)
+            t0 = time.perf_counter()
+            if spec.resource > previous:
+                net.set_params(max_epochs=spec.resource - previous)
+                fit = functools.partial(
+                    fit_fold, gang, net, X_train, y_train, draws, self.timeout,
+                    continued=held is not None,
+                )  # fmt: skip
+                _guarded(gang, fit)
+                net.set_params(max_epochs=spec.resource)  # the model says what it holds
+                work += spec.resource - previous
+            fit_times.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            test.append(_score(ev.scorer, net, X_test, y_test, ev.multimetric))
+            if ev.return_train_score:
+                train.append(_score(ev.scorer, net, X_train, y_train, ev.multimetric))
+            score_times.append(time.perf_counter() - t1)
+            nets.append(net)
+        with self._lock:
+            self._held[spec.trial] = (spec.resource, nets)
+        n = len(ev.splits)
+        return RungResult.of(
+            spec,
+            COMPLETE,
+            n,
+            ev.return_train_score,
+            test_scores=test,
+            train_scores=train if ev.return_train_score else None,
+            fit_times=fit_times,
+            score_times=score_times,
+            started=started,
+            finished=time.time(),
+            worker="+".join(gang.workers),
+            work=work / n,
+            continued=held is not None,
+            stored=True,
+        )
