@@ -385,28 +385,17 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         return scoring, refit_metric
 
     def _check_gang(self) -> None:
-        from .runner.gang_trials import (
-            check_data_parallel_refit,
-            check_workers_per_trial,
-            is_torch_estimator,
-        )
+        from .runner.gang_trials import check_data_parallel_refit, check_workers_per_trial
 
         if self.refit:
             check_data_parallel_refit(self.estimator)
         k = check_workers_per_trial(self.workers_per_trial, self.estimator)
         if k == 1:
             return
-        if self.scheduler is not None and is_torch_estimator(self.estimator):
+        if self.scheduler is not None:
             from .runner.gang_rungs import check_gang_resource
 
-            check_gang_resource(self.resource, k)
-        elif self.scheduler is not None:
-            raise InvalidParameterError(
-                "scheduler",
-                f"scheduler={self.scheduler!r} does not combine with workers_per_trial={k} "
-                "for xgboost yet (data-parallel torch trials take one, with "
-                "resource='max_epochs'): drop it or use workers_per_trial=1",
-            )
+            check_gang_resource(self.resource, k, self.estimator)
         for param, value, default in (
             ("keep_oof", self.keep_oof, False),
             ("trial_timeout", self.trial_timeout, None),

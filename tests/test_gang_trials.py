@@ -69,8 +69,14 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
         (dict(estimator=xgb, workers_per_trial=2, keep_oof=True), "keep_oof"),
         (dict(estimator=xgb, workers_per_trial=2, trial_timeout=5.0), "trial_timeout"),
         (
-            dict(estimator=xgb, workers_per_trial=2, scheduler="asha", max_resource=9),
-            "for xgboost yet",
+            dict(
+                estimator=xgb,
+                workers_per_trial=2,
+                scheduler="asha",
+                max_resource=9,
+                resource="max_depth",
+            ),
+            "boosting rounds, resource='n_estimators'",
         ),
     ]
     for kwargs, text in cases:
@@ -134,3 +140,30 @@ def test_a_worker_killed_mid_training_fails_that_trial_fast_and_the_search_goes_
     assert victim in lost.error
     assert lost.finished - killed_at < 60
     assert [t.state for t in search.trials_[1:]] == ["complete", "complete"]
+
+
+def test_a_scheduler_boosts_promoted_trials_on_from_their_fold_boosters(client, data):
+    X, y = data
+    cv = KFold(2, shuffle=True, random_state=0)
+    base = xgboost.XGBClassifier(tree_method="hist", random_state=0)
+    search = SearchCV(
+        base, {"max_depth": [2, 3, 4]}, strategy="grid", scheduler="halving",
+        resource="n_estimators", min_resource=3, max_resource=9, reduction_factor=3,
+        n_trials=3, cv=cv, workers_per_trial=2, client=client, progress=False,
+    ).fit(X, y)  # fmt: skip
+    r = search.cv_results_
+    assert sorted(r["n_resources"]) == [3, 3, 3, 9]
+    (top,) = [i for i, n in enumerate(r["n_resources"]) if n == 9]
+    assert r["continued"][top] and r["work"][top] == 6  # 6 more rounds, not 9 from zero
+    assert all("+" in step.worker for step in search.trials_)
+    # The continued folds score as gang trials boosted 9 rounds at once.
+    once = SearchCV(
+        base.set_params(n_estimators=9), {"max_depth": [r["params"][top]["max_depth"]]},
+        strategy="grid", cv=cv, workers_per_trial=2, client=client, progress=False,
+        refit=False,
+    ).fit(X, y)  # fmt: skip
+    for f in range(2):
+        assert r[f"split{f}_test_score"][top] == pytest.approx(
+            once.cv_results_[f"split{f}_test_score"][0], abs=1e-9
+        )
+    assert search.best_estimator_.n_estimators == 9

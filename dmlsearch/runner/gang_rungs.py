@@ -1,14 +1,15 @@
-"""Rung steps of data-parallel torch trials: ``SearchCV(scheduler=..., workers_per_trial=k)``.
+"""Rung steps of gang trials: ``SearchCV(scheduler=..., workers_per_trial=k)``.
 
 A multi-fidelity search whose trials each train on a gang of k workers
-(:mod:`dmlsearch.runner.gang_trials`) with torch epochs (``resource="max_epochs"``) as
-the budget. Each rung step reserves a gang and trains every CV fold of one trial on it
-(:func:`dmlsearch.training._gang_fold.fit_fold`); a promoted trial's folds continue from
-their trained nets, module and optimizer state, for the rung's extra epochs only, so the
-epochs trained across rungs are those of the highest rung each trial reached.
+(:mod:`dmlsearch.runner.gang_trials`), with torch epochs (``resource="max_epochs"``,
+data-parallel torch trials) or xgboost's boosting rounds (``resource="n_estimators"``,
+xgboost's Dask engine) as the budget. Each rung step reserves a gang and trains every CV
+fold of one trial on it; a promoted trial's folds continue from their trained models
+(a net's module and optimizer state; a booster) for the rung's extra epochs or rounds
+only, so the work done across rungs is that of the highest rung each trial reached.
 
-Where the state lives: a data-parallel fold's weights come back to the driver at the end
-of each fit (the fitted net the search scores there), so the trials' fold nets are held
+Where the state lives: a gang-trained fold model comes back to the driver at the end of
+each fit (the fitted model the search scores there), so the trials' fold models are held
 by the driver between rungs, not by a worker as one-worker rung steps' states are; they
 are dropped as soon as the scheduler says a trial will not be continued. A step whose
 state is gone (a resumed search) trains its folds from scratch to the rung's epochs.
@@ -34,13 +35,22 @@ from .gang import Gang
 __all__ = ["GangRungSteps", "check_gang_resource"]
 
 
-def check_gang_resource(resource: Any, k: int) -> None:
-    """InvalidParameterError unless ``resource`` can be the budget of k-worker torch trials."""
-    if resource != "max_epochs":
+def gang_resource(estimator: Any) -> str:
+    """The resource a gang trial of ``estimator`` counts: torch epochs or boosting rounds."""
+    from .gang_trials import is_torch_estimator
+
+    return "max_epochs" if is_torch_estimator(estimator) else "n_estimators"
+
+
+def check_gang_resource(resource: Any, k: int, estimator: Any) -> None:
+    """InvalidParameterError unless ``resource`` can be the budget of k-worker trials."""
+    wanted = gang_resource(estimator)
+    if resource != wanted:
+        what = "torch epochs" if wanted == "max_epochs" else "xgboost's boosting rounds"
         raise InvalidParameterError(
             "resource",
-            f"resource={resource!r} does not combine with workers_per_trial={k}: data-parallel "
-            "trials count their budget in torch epochs, resource='max_epochs' (or use "
+            f"resource={resource!r} does not combine with workers_per_trial={k}: these "
+            f"trials count their budget in {what}, resource={wanted!r} (or use "
             "workers_per_trial=1)",
         )
 
@@ -86,16 +96,35 @@ class GangRungSteps:
             return None
         return held if len(held[1]) == n else None
 
-    def step(self, gang: Gang, spec: RungSpec) -> RungResult:
-        """Train and score the trial's folds to ``spec.resource`` epochs on ``gang``."""
-        from ..training._gang_fold import fit_fold
-        from .gang_trials import _guarded
+    def _fit(
+        self, gang: Gang, model: Any, X: Any, y: Any, previous: int, resource: int, draws: Any
+    ) -> Any:
+        """``model`` (a fold's: unfitted, or fitted to ``previous``) trained to ``resource``
+        on ``gang``; returns the fitted model, which says ``resource``."""
+        from .gang_trials import _guarded, fit_xgboost, is_torch_estimator
 
+        if is_torch_estimator(model):
+            from ..training._gang_fold import fit_fold
+
+            model.set_params(max_epochs=resource - previous)
+            fit = functools.partial(
+                fit_fold, gang, model, X, y, draws, self.timeout, continued=previous > 0
+            )
+            _guarded(gang, fit)
+            return model.set_params(max_epochs=resource)
+        # xgboost: the rounds left, boosted on from the fold's booster.
+        booster = model.get_booster() if previous > 0 else None
+        rounds = clone(model).set_params(n_estimators=resource - previous)
+        fit = functools.partial(fit_xgboost, gang, rounds, self.timeout, X, y, booster)
+        return _guarded(gang, fit).set_params(n_estimators=resource)
+
+    def step(self, gang: Gang, spec: RungSpec) -> RungResult:
+        """Train and score the trial's folds to ``spec.resource`` on ``gang``."""
         ev, data = self.context.evaluation, self.data
         started = time.time()
         held = self._take(spec)
         fresh = clone(ev.estimator).set_params(**clone(spec.params, safe=False))
-        # A random_state=None net draws its seed from this, as a one-step trial does.
+        # A random_state=None net draws its seed from this, as a gang trial does.
         draws = np.random.RandomState(spec.seed % (2**32))
         test: list[dict[str, float]] = []
         train: list[dict[str, float]] = []
@@ -110,13 +139,7 @@ class GangRungSteps:
             net = held[1][fold] if held is not None else clone(fresh)
             t0 = time.perf_counter()
             if spec.resource > previous:
-                net.set_params(max_epochs=spec.resource - previous)
-                fit = functools.partial(
-                    fit_fold, gang, net, X_train, y_train, draws, self.timeout,
-                    continued=held is not None,
-                )  # fmt: skip
-                _guarded(gang, fit)
-                net.set_params(max_epochs=spec.resource)  # the model says what it holds
+                net = self._fit(gang, net, X_train, y_train, previous, spec.resource, draws)
                 work += spec.resource - previous
             fit_times.append(time.perf_counter() - t0)
             t1 = time.perf_counter()

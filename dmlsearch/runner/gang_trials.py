@@ -155,11 +155,28 @@ def _to_local(model: Any, local_cls: type) -> Any:
     return local
 
 
-def _fit(client: Client, model: Any, X: Any, y: Any) -> Any:
+def _fit(client: Client, model: Any, X: Any, y: Any, xgb_model: Any = None) -> Any:
     # xgboost.dask looks for the current client (distributed.get_client) even when it is
     # given one; a thread starts with no current client of its own.
     with client.as_current():
-        return model.fit(X, y)
+        return model.fit(X, y, xgb_model=xgb_model)
+
+
+def fit_xgboost(
+    gang: Gang, estimator: Any, timeout: float, X: Any, y: Any, xgb_model: Any = None
+) -> Any:
+    """``estimator`` (an xgboost scikit-learn estimator) fitted on ``(X, y)`` by xgboost's
+    Dask engine on the workers of ``gang``; ``xgb_model``: a booster to boost on from."""
+    from xgboost.collective import Config
+
+    twin = dask_twin(estimator)
+    assert twin is not None
+    model = twin(**estimator.get_params())
+    model.coll_cfg = Config(timeout=int(timeout))
+    model.client = gang.client
+    Xd, yd = _parts(gang.client, gang.workers, X, y)
+    _fit(gang.client, model, Xd, yd, xgb_model)
+    return _to_local(model, type(estimator))
 
 
 def _guarded(gang: Gang, fn: Callable[[], Any]) -> Any:
@@ -419,19 +436,7 @@ class GangTrialRunner:
                 return fit_fold(gang, net, X, y, draws, float(self.collective_timeout))
 
             return fit_torch
-        return functools.partial(self._fit_xgboost, gang, estimator)
-
-    def _fit_xgboost(self, gang: Gang, estimator: Any, X: Any, y: Any) -> Any:
-        from xgboost.collective import Config
-
-        twin = dask_twin(estimator)
-        assert twin is not None
-        model = twin(**estimator.get_params())
-        model.coll_cfg = Config(timeout=int(self.collective_timeout))
-        model.client = self.client
-        Xd, yd = _parts(self.client, gang.workers, X, y)
-        _fit(self.client, model, Xd, yd)
-        return _to_local(model, type(estimator))
+        return functools.partial(fit_xgboost, gang, estimator, self.collective_timeout)
 
     def _folds(
         self, gang: Gang, spec: TrialSpec, data: SearchData, context: EvalContext
