@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone, is_classifier, is_regressor
+from sklearn.metrics import f1_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from skorch.callbacks import EpochScoring
+from skorch.dataset import Dataset as SkorchDataset
+from skorch.dataset import ValidSplit
 
 from dmlsearch import Categorical, Float, Int, Registry, SearchCV
 from dmlsearch.exceptions import InvalidParameterError
@@ -101,6 +105,29 @@ def test_classifier_takes_any_labels_and_float64(data: tuple[np.ndarray, np.ndar
     assert proba.shape == (N, 2) and np.allclose(proba.sum(axis=1), 1, atol=1e-5)
     assert net.score(X, labels) > 0.9  # a linear boundary: an MLP learns it
     assert len(net.history) == 20
+
+
+@pytest.mark.parametrize("names", [["no", "yes"], [3, 7]])
+def test_validation_scores_compare_labels_with_labels(
+    data: tuple[np.ndarray, np.ndarray], names: list[Any]
+) -> None:
+    # y trains as class indices but predict gives labels: the default valid_acc and a
+    # user's EpochScoring must compare labels (strings failed; 3/7 scored 0 against 0/1).
+    X, y = data
+    labels = np.array(names)[y]
+    split = ValidSplit(4, stratified=True)
+    net = TorchClassifier(
+        MLP, lr=0.05, max_epochs=3, random_state=0, train_split=split,
+        callbacks=[EpochScoring("f1_macro", lower_is_better=False)],
+    ).fit(X, labels)  # fmt: skip
+    _, valid = split(SkorchDataset(X, y), y)
+    rows = np.asarray(valid.indices)
+    predicted = net.predict(X[rows])
+    assert net.history[-1, "valid_acc"] == pytest.approx(np.mean(predicted == labels[rows]))
+    assert net.history[-1, "f1_macro"] == pytest.approx(
+        f1_score(labels[rows], predicted, average="macro")
+    )
+    assert net.history[-1, "valid_acc"] > 0.6
 
 
 def test_regressor_takes_a_1d_target(data: tuple[np.ndarray, np.ndarray]) -> None:

@@ -13,6 +13,14 @@ from distributed import Client, LocalCluster
 from sklearn.base import clone
 from sklearn.metrics import log_loss
 from sklearn.model_selection import KFold
+from skorch.callbacks import (
+    EarlyStopping,
+    EpochScoring,
+    Freezer,
+    GradientNormClipping,
+    LRScheduler,
+)
+from skorch.dataset import Dataset, ValidSplit
 from test_torch_gang_trials import MLP, rank_order, sgd_net
 
 from dmlsearch import InvalidParameterError, SearchCV
@@ -98,8 +106,12 @@ def test_bad_input_is_refused_before_any_work(
         ({"trainer__client": 42}, "trainer__client: expected None"),
         ({"trainer__client": None}, "no current Dask client"),
         ({"batch_size": 1}, "cannot be split over trainer__n_workers=2"),
-        ({"callbacks": [("x", None)]}, "callbacks=.*drop it or use trainer__n_workers=1"),
-        ({"train_split": lambda ds, y: (ds, ds)}, "train_split="),
+        ({"callbacks": [("x", None)]}, "callback 'x' is None, not a skorch Callback"),
+        ({"callbacks": [GradientNormClipping(1.0)]}, "acts on every training batch"),
+        ({"callbacks": [LRScheduler(step_every="batch")]}, "acts on every training batch"),
+        ({"callbacks": [EpochScoring("accuracy", on_train=True)]}, "use_caching=False"),
+        ({"callbacks": [("f", Freezer("layers.0*"))]}, "'f' \\(Freezer\\) changes"),
+        ({"train_split": lambda ds, y: (list(range(9)), None)}, "train_split must return"),
         ({"iterator_train": Loader}, "iterator_train="),
         ({"iterator_train__num_workers": 2}, "iterator_train__num_workers="),
     ]
@@ -215,3 +227,52 @@ def test_a_search_trial_trains_on_workers_per_trial_and_the_refit_on_n_workers(
     with pytest.raises(InvalidParameterError, match="no current Dask client"):
         lost.fit(X, y)
     assert not hasattr(lost, "trials_")
+
+
+def test_callbacks_and_a_validation_split_run_as_in_one_process(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    split = ValidSplit(4, stratified=True)
+    base = sgd_net(TorchClassifier, random_state=2, trainer__n_workers=K, trainer__client=client)
+    net = clone(base).set_params(
+        max_epochs=4, train_split=split,
+        callbacks=[("acc", EpochScoring("accuracy", lower_is_better=False))],
+    ).fit(X, y)  # fmt: skip
+    assert len(net.history) == 4
+    for key in ("train_loss", "valid_loss", "valid_acc", "accuracy", "dur"):
+        assert np.all(np.isfinite(net.history[:, key])), key
+    # The training epochs are the data-parallel fit of the split's training rows.
+    codes = np.searchsorted(net.classes_, y)
+    train, valid = split(Dataset(X, codes), codes)  # the rows ValidSplit keeps
+    train_rows, valid_rows = np.asarray(train.indices), np.asarray(valid.indices)
+    plain = clone(base).set_params(max_epochs=4).fit(X[train_rows], y[train_rows])
+    assert_same_weights(net.module_, plain.module_)
+    np.testing.assert_allclose(
+        net.history[:, "train_loss"], plain.history[:, "train_loss"], rtol=1e-5
+    )
+    expected_acc = (net.predict(X[valid_rows]) == y[valid_rows]).mean()
+    assert net.history[-1, "accuracy"] == pytest.approx(expected_acc)
+    assert net.history[-1, "valid_acc"] == pytest.approx(expected_acc)
+
+
+def test_an_lr_schedule_reaches_the_ranks_and_early_stopping_ends_the_fit(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    base = sgd_net(TorchClassifier, random_state=4, trainer__n_workers=K, trainer__client=client)
+    step = LRScheduler(policy=torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)
+    scheduled = clone(base).set_params(lr=0.2, max_epochs=3, callbacks=[step]).fit(X, y)
+    assert scheduled.optimizer_.param_groups[0]["lr"] == pytest.approx(0.2 * 0.5**3)
+    # The same epochs with the rate set by hand between continued fits.
+    by_hand = clone(base).set_params(lr=0.2, max_epochs=1).fit(X, y)
+    for lr in (0.1, 0.05):
+        by_hand.set_params(lr=lr, warm_start=True).fit(X, y)
+    assert_same_weights(scheduled.module_, by_hand.module_)
+    # A rate that makes the validation loss grow: stopped after patience epochs.
+    stopper = EarlyStopping(monitor="valid_loss", patience=2, threshold=0.0)
+    stopped = clone(base).set_params(
+        lr=50.0, max_epochs=30, train_split=ValidSplit(3), callbacks=[stopper]
+    ).fit(X, y)  # fmt: skip
+    assert 3 <= len(stopped.history) < 30
+    assert stopped.predict(X).shape == (N,)

@@ -86,12 +86,14 @@ class _Optimizer:
         return optimizer
 
 
-def _unused(net: Any) -> list[tuple[str, Any]]:
-    """The estimator's settings a data-parallel fold would silently ignore."""
+def _unused(net: Any, epoch_loop: bool) -> list[tuple[str, Any]]:
+    """The estimator's settings a data-parallel fold would silently ignore (``epoch_loop``:
+    a fit that runs skorch's epoch loop on the driver, which honours callbacks and
+    ``train_split``)."""
     found = []
-    if net.callbacks not in (None, "disable") and len(net.callbacks):
+    if not epoch_loop and net.callbacks not in (None, "disable") and len(net.callbacks):
         found.append(("callbacks", net.callbacks))
-    if net.train_split is not None:
+    if not epoch_loop and net.train_split is not None:
         found.append(("train_split", net.train_split))
     if net.device not in ("cpu", None):
         found.append(("device", net.device))
@@ -110,8 +112,10 @@ def _unused(net: Any) -> list[tuple[str, Any]]:
 
 def check_estimator(net: Any, k: int, setting: str = "workers_per_trial") -> None:
     """InvalidParameterError unless ``net`` can be trained on a gang of ``k`` workers;
-    ``setting``: the parameter that asked for k (a search's, or ``trainer__n_workers``)."""
+    ``setting``: the parameter that asked for k (a search's, or ``trainer__n_workers``: a
+    fit outside a search, which honours skorch's callbacks and validation split)."""
     net._check_params()
+    epoch_loop = setting == "trainer__n_workers"
     b = net.batch_size
     if int(b) < k:
         raise InvalidParameterError(
@@ -120,7 +124,11 @@ def check_estimator(net: Any, k: int, setting: str = "workers_per_trial") -> Non
             f"trains on batch_size // {k} rows a step; use batch_size >= {k} (a multiple of "
             f"{k} keeps the global batch exact) or {setting}=1",
         )
-    unused = _unused(net)
+    if epoch_loop:
+        from ._dp_epochs import check_callbacks
+
+        check_callbacks(net, k)
+    unused = _unused(net, epoch_loop)
     if unused:
         name, value = unused[0]
         raise InvalidParameterError(
@@ -195,26 +203,44 @@ def fit_fold(
             f"{len(Xf)} training rows are fewer than batch_size={net.batch_size} (the "
             f"global batch of data-parallel training on {gang.size} workers): lower batch_size",
         )
-    if continued:
-        seed, done = int(net.seed_), len(net.history)
-        optimizer_state = net.optimizer_.state_dict()
-    else:
-        seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
-        with _INIT_LOCK:
-            net._initialize_seeded(seed)
-        done, optimizer_state = 0, None
+    seed = _start(net, draws, continued)
+    done = len(net.history) if continued else 0
+    optimizer_state = net.optimizer_.state_dict() if continued else None
     check_rows(Xf, y)
     target = net._target(Xf, y)
     net.try_batch(Xf, target)
     trainer = _trainer(net, gang.size, seed, timeout, done + int(net.max_epochs))
+    train_on(trainer, gang, net, Xf, target, done, optimizer_state)
+    for entry in trainer.history_:  # skorch's per-epoch history, as a one-process fit has it
+        net.history.new_epoch()
+        net.history.record("epoch", entry["epoch"])
+        net.history.record("train_loss", entry["loss"])
+        net.history.record("dur", entry["seconds"])
+    return net
+
+
+def train_on(
+    trainer: DataParallelTrainer,
+    gang: Gang,
+    net: Any,
+    X: Any,
+    y: Any,
+    done: int,
+    optimizer_state: dict[str, Any] | None,
+    shards: list[list[Any]] | None = None,
+) -> None:
+    """``net``'s module trained by ``trainer`` on ``gang`` from epoch ``done``; the ranks'
+    optimizer state comes back into ``net.optimizer_``. A lost worker raises
+    :class:`GangWorkerLostError` naming it."""
     try:
         trainer.fit_on_gang(
             gang,
-            Xf,
-            target,
+            X,
+            y,
             initial=net.module_,
             start_epoch=done,
             optimizer_state=optimizer_state,
+            shards=shards,
         )
     except TrainingError as exc:
         if isinstance(exc.__cause__, GangWorkerLostError):
@@ -224,12 +250,17 @@ def fit_fold(
         # The ranks' optimizer state (momentum, Adam's moments) goes on with the net: a
         # later continued fit, data-parallel or in one process, starts from it.
         net.optimizer_.load_state_dict(trainer.optimizer_state_)
-    for entry in trainer.history_:  # skorch's per-epoch history, as a one-process fit has it
-        net.history.new_epoch()
-        net.history.record("epoch", entry["epoch"])
-        net.history.record("train_loss", entry["loss"])
-        net.history.record("dur", entry["seconds"])
-    return net
+
+
+def _start(net: Any, draws: np.random.RandomState, continued: bool) -> int:
+    """The seed of ``net``'s fit: a continued net's own, else a new one it is initialised
+    with (drawn as a one-process fit draws it)."""
+    if continued:
+        return int(net.seed_)
+    seed = int(draws.randint(2**31 - 1)) if net.random_state is None else net._draw_seed()
+    with _INIT_LOCK:
+        net._initialize_seeded(seed)
+    return seed
 
 
 def check_data_parallel(net: Any) -> int:
@@ -283,8 +314,11 @@ def fit_data_parallel(
     module and optimizer state) under ``partial_fit``, or under ``fit`` with
     ``warm_start=True``; otherwise it starts afresh. Everything is checked before a worker
     is reserved; the seed is drawn as a one-process fit draws it (``random_state=None``:
-    from NumPy's global generator).
+    from NumPy's global generator). With callbacks or a ``train_split``, skorch's epoch
+    loop runs on the driver and each training epoch on the gang (:mod:`._dp_epochs`).
     """
+    from ._dp_epochs import fit_epochs, needs_epoch_loop
+
     continued = bool(net.initialized_) and (partial or bool(net.warm_start))
     k = check_data_parallel(net)
     if fit_params:
@@ -303,6 +337,7 @@ def fit_data_parallel(
                 f"{total}, add workers, or set trainer__n_workers=1 to train in this process",
             )
         with reserve(client, k, name=f"{type(net).__name__}.fit") as gang:
-            return fit_fold(
-                gang, net, Xf, y, check_random_state(None), FIT_TIMEOUT, continued=continued
-            )
+            draws = check_random_state(None)
+            if needs_epoch_loop(net):
+                return fit_epochs(gang, net, Xf, y, draws, FIT_TIMEOUT, continued=continued)
+            return fit_fold(gang, net, Xf, y, draws, FIT_TIMEOUT, continued=continued)

@@ -31,6 +31,7 @@ model can be the estimator of a ``SearchCV`` trial like any other:
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import numbers
 from typing import Any, ClassVar
@@ -41,7 +42,8 @@ import torch
 from sklearn.base import clone
 from sklearn.utils import check_random_state
 from skorch import NeuralNet, NeuralNetClassifier, NeuralNetRegressor
-from skorch.utils import is_dataset
+from skorch.callbacks import BatchScoring, EpochScoring
+from skorch.utils import is_dataset, to_numpy
 
 from ..exceptions import InvalidParameterError
 from ._checks import TRAINER_DEFAULTS, check_trainer_options
@@ -92,6 +94,11 @@ def _in_dask_task() -> bool:
     except ValueError:
         return False
     return True
+
+
+def _decode(classes: np.ndarray, y: Any) -> np.ndarray:
+    """Class indices (as the net trains on them) as the labels ``predict`` returns."""
+    return classes[np.asarray(to_numpy(y)).astype(np.int64)]
 
 
 def _seed(base: int, epoch: int) -> int:
@@ -347,6 +354,24 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
                 self.classes_inferred_ = np.unique(np.asarray(classes))
         super().partial_fit(X, y, classes=classes, **fit_params)
         return self
+
+    def notify(self, method_name: str, **cb_kwargs: Any) -> None:
+        """skorch's callbacks; a scoring callback with the default ``target_extractor``
+        sees the true labels (``y`` is trained as class indices, ``predict`` gives labels)."""
+        classes = self.__dict__.get("classes_inferred_")
+        swapped = []
+        if method_name in ("on_epoch_end", "on_batch_end") and classes is not None:
+            decode = functools.partial(_decode, np.asarray(classes))
+            for _, callback in getattr(self, "callbacks_", ()):
+                scoring = isinstance(callback, (EpochScoring, BatchScoring))
+                if scoring and callback.target_extractor is to_numpy:
+                    callback.target_extractor = decode  # for this call only
+                    swapped.append(callback)
+        try:
+            super().notify(method_name, **cb_kwargs)
+        finally:
+            for callback in swapped:
+                callback.target_extractor = to_numpy
 
     def _target(self, X: Any, y: Any) -> Any:
         """``y``'s labels as int64 class indices; sets ``classes_`` on a first fit."""

@@ -229,6 +229,7 @@ class DataParallelTrainer(BaseEstimator):
         initial: torch.nn.Module | None = None,
         start_epoch: int = 0,
         optimizer_state: dict[str, Any] | None = None,
+        shards: list[list[Any]] | None = None,
     ) -> DataParallelTrainer:
         """Train on the workers of ``gang``, which the caller has reserved; returns self.
 
@@ -240,8 +241,10 @@ class DataParallelTrainer(BaseEstimator):
         ``model_fn()``; with ``start_epoch`` > 0 (and the optimizer's ``optimizer_state``)
         the job continues one that ran that many epochs: it trains epochs ``start_epoch``
         to ``epochs`` with the same per-epoch shuffling and seeds, so the model is the one
-        ``epochs`` at once would give. A rank that fails or whose worker leaves raises
-        :class:`TrainingError`.
+        ``epochs`` at once would give. ``shards``: the rows already on the gang's workers
+        (``place_shards(client, gang.workers, X, y)`` of these ``X`` and ``y``, rank r's on
+        ``gang.workers[r]``), for a caller that runs several jobs on the same rows. A rank
+        that fails or whose worker leaves raises :class:`TrainingError`.
         """
         if not 0 <= int(start_epoch) < int(self.epochs):
             raise InvalidParameterError(
@@ -252,7 +255,7 @@ class DataParallelTrainer(BaseEstimator):
         Xa, ya, seed, model = self._prepare(X, y, gang.size, initial, gang.client)
         start = Start(state_bytes(int(start_epoch), model, optimizer_state), int(start_epoch))
         silent = JobWatch(gang.client, None)
-        results = self._run(gang.client, gang, Xa, ya, start, seed, silent)
+        results = self._run(gang.client, gang, Xa, ya, start, seed, silent, shards)
         self._fitted(model, results, start, gang.size)
         return self
 
@@ -391,14 +394,16 @@ class DataParallelTrainer(BaseEstimator):
         start: Start,
         seed: int,
         watch: JobWatch,
+        placed: list[list[Any]] | None = None,
     ) -> list[dict[str, Any]]:
         n, w, b = int(X.shape[0]), gang.size, int(self.batch_size)
-        # The same workers, each rank where its persisted rows already are.
-        gang = dataclasses.replace(gang, workers=rank_order(client, gang.workers, X))
+        if placed is None:
+            # The same workers, each rank where its persisted rows already are.
+            gang = dataclasses.replace(gang, workers=rank_order(client, gang.workers, X))
         self.rank_workers_ = list(gang.workers)
         workers = alive_workers(client, running=False)
         plan = self._plan(client, gang)
-        shards = place_shards(client, gang.workers, X, y)
+        shards = place_shards(client, gang.workers, X, y) if placed is None else placed
         check_finite_shards(client, X, y, shards)
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]
