@@ -183,11 +183,14 @@ def _run_steps(
     )
     last_release = [time.monotonic()]
 
-    def tick() -> None:
+    def heartbeat() -> None:
         if rows.recorder is not None:
             rows.recorder.tick()
         if reporter is not None:
             reporter.tick()
+
+    def tick() -> None:
+        heartbeat()
         if time.monotonic() - last_release[0] >= _RELEASE_EVERY:
             last_release[0] = time.monotonic()
             released = source.take_released()
@@ -211,7 +214,7 @@ def _run_steps(
     try:
         if search.workers_per_trial > 1:
             search.runner_stats_ = _run_gang_steps(
-                search, client, setup, source, fit_params, tick, progress, budget_ends, name
+                search, client, setup, source, fit_params, heartbeat, progress, budget_ends, name
             )
         else:
             search.runner_stats_ = loop.run()
@@ -233,13 +236,14 @@ def _run_gang_steps(
     setup: _Setup,
     source: Any,
     fit_params: dict[str, Any],
-    tick: Any,
+    heartbeat: Any,
     progress: Any,
     budget_ends: float | None,
     name: str,
 ) -> Any:
-    """The rung steps of data-parallel trials (``workers_per_trial > 1``), each on a gang;
-    the trials' fold nets are held on the driver between rungs (:mod:`.runner.gang_rungs`)."""
+    """The rung steps of gang trials (``workers_per_trial > 1``), each on a gang; the
+    trials' fold models are held on the driver between rungs (:mod:`.runner.gang_rungs`)
+    and dropped at the first tick after the scheduler gives a trial up."""
     from .runner.gang_rungs import GangRungSteps
     from .runner.gang_trials import GangTrialRunner
 
@@ -257,8 +261,8 @@ def _run_gang_steps(
     )
 
     def gang_tick() -> None:
-        tick()
-        steps.release(source.take_released())
+        heartbeat()
+        steps.release(source.take_released())  # cheap here: no call to the workers
 
     return runner.run_rungs(source, steps, ends=budget_ends, on_tick=gang_tick)
 

@@ -53,6 +53,8 @@ class Sim:
         self.running: dict[int, tuple[int, int]] = {}
         self.failed: set[int] = set()
         self.decisions: list[Any] = []
+        #: Trials the scheduler said it will never continue (their state is released).
+        self.given_up: set[int] = set()
 
     def history(self) -> History:
         return History.of(self.results, self.running, self.failed)
@@ -64,7 +66,7 @@ class Sim:
         before = pickle.dumps(self.scheduler)
         decision = self.scheduler.propose(history)
         self.scheduler.stops(history)
-        self.scheduler.finished(history)
+        self.given_up |= self.scheduler.finished(history)
         self.scheduler.spent(history)
         # Never mutates its input, never writes into itself while deciding.
         assert pickle.dumps(history) == frozen
@@ -83,6 +85,7 @@ class Sim:
         else:
             assert isinstance(decision, Promote)
             assert decision.trial not in self.running and decision.trial not in self.failed
+            assert decision.trial not in self.given_up, "promoted after being called finished"
             self.running[decision.trial] = (decision.rung, decision.resource)
 
     def fill(self) -> Any:
@@ -282,6 +285,19 @@ def test_halving_starts_n_trials_then_waits_for_the_rung() -> None:
     # Eight of nine done: still WAIT, even though the leaders are known.
     results = {t: [(0, 1, t / 10)] for t in range(8)}
     assert sh.propose(History.of(results, running=[8])) is WAIT
+
+
+def test_halving_never_calls_a_trial_finished_before_its_rung_is_full() -> None:
+    # Rung 1 will hold trials 0, 1 and 2 (the top 3 of 9); 0 got there first. Its quota
+    # for rung 2 is not known until 1 and 2 are promoted and scored: 0 may still go on.
+    sh = SuccessiveHalving(1, 27, 3, n_trials=9)
+    results = {t: [(0, 1, 1.0 - t / 10)] for t in range(9)}
+    results[0].append((1, 3, 0.5))
+    assert 0 not in sh.finished(History.of(results))
+    assert 0 not in sh.finished(History.of(results, running=[1]))
+    results[1].append((1, 3, 0.4))
+    results[2].append((1, 3, 0.3))
+    assert sh.finished(History.of(results)) == frozenset({1, 2, *range(3, 9)})
 
 
 def test_halving_promotes_exactly_the_top_floor_n_over_eta_in_order() -> None:

@@ -130,6 +130,32 @@ def test_validation_scores_compare_labels_with_labels(
     assert net.history[-1, "valid_acc"] > 0.6
 
 
+def test_a_refused_continued_fit_leaves_the_net_as_it_was(
+    data: tuple[np.ndarray, np.ndarray],
+) -> None:
+    X, _ = data
+    target = X @ np.arange(1.0, D + 1)
+    net = TorchRegressor(MLP, module__n_out=1, max_epochs=2, random_state=0).fit(X, target)
+    before = net.predict(X[:3])
+    assert before.shape == (3,)
+    with pytest.raises(InvalidParameterError, match="module"):
+        net.set_params(warm_start=True).fit(X, np.c_[target, target])  # 2 columns, 1 output
+    np.testing.assert_array_equal(net.predict(X[:3]), before)
+
+
+def test_a_module_rebuilt_by_set_params_is_seeded(data: tuple[np.ndarray, np.ndarray]) -> None:
+    # skorch rebuilds the module alone when a module__ argument of a fitted net changes.
+    X, y = data
+    rebuilt = []
+    for _ in range(2):
+        net = TorchClassifier(MLP, max_epochs=1, random_state=0).fit(X, y)
+        net.set_params(module__hidden=5)
+        rebuilt.append(net.module_.state_dict())
+    fresh = TorchClassifier(MLP, module__hidden=5, max_epochs=1, random_state=0).initialize()
+    for name, value in fresh.module_.state_dict().items():
+        assert torch.equal(rebuilt[0][name], value) and torch.equal(rebuilt[1][name], value)
+
+
 def test_regressor_takes_a_1d_target(data: tuple[np.ndarray, np.ndarray]) -> None:
     X, _ = data
     y = 2 * X[:, 0] - X[:, 2]

@@ -120,6 +120,8 @@ def test_bad_input_is_refused_before_any_work(
         with pytest.raises(InvalidParameterError, match=text):
             candidate.fit(X, y)
         assert not candidate.initialized_
+    with pytest.raises(InvalidParameterError, match="20 training rows are fewer than batch"):
+        clone(net).set_params(batch_size=32).partial_fit(X[:20], y[:20])
     with pytest.raises(InvalidParameterError, match="no fit parameters"):
         clone(net).fit(X, y, epochs=2)
     with pytest.raises(InvalidParameterError, match="trainer__n_workers=3 but the cluster"):

@@ -13,6 +13,7 @@ from sklearn.model_selection import KFold
 from test_torch_gang_trials import MLP
 
 from dmlsearch import Float, SearchCV
+from dmlsearch.runner.gang_rungs import GangRungSteps
 from dmlsearch.training import TorchClassifier
 
 pytestmark = pytest.mark.cluster
@@ -37,9 +38,17 @@ def net() -> TorchClassifier:
 
 
 def test_promoted_trials_continue_their_folds_and_equal_fits_at_their_epochs(
-    client: Client, data: tuple[np.ndarray, np.ndarray]
+    client: Client, data: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     X, y = data
+    released: list[list[int] | None] = []
+    release = GangRungSteps.release
+
+    def recorded(self: GangRungSteps, trials: list[int] | None = None) -> None:
+        released.append(None if trials is None else list(trials))
+        release(self, trials)
+
+    monkeypatch.setattr(GangRungSteps, "release", recorded)
     cv = KFold(2, shuffle=True, random_state=0)
     search = SearchCV(
         net(), {"lr": Float(0.01, 0.3, log=True)}, scheduler="halving",
@@ -53,6 +62,11 @@ def test_promoted_trials_continue_their_folds_and_equal_fits_at_their_epochs(
     assert all("+" in step.worker for step in search.trials_)  # every step on a gang of two
     promoted = [i for i, n in enumerate(r["n_resources"]) if n > 1]
     assert promoted and all(r["continued"][i] for i in promoted)
+    assert all(r["work"][i] == r["n_resources"][i] // 3 * 2 for i in promoted)
+    # Each trial's nets are dropped once it will not go on (the top one's after its last
+    # step), as the search goes, not only at its end.
+    during = {t for trials in released[:-1] if trials for t in trials}
+    assert released[-1] is None and during == set(r["trial"])
     # Training work: each trial's epochs across rungs are the epochs of its highest rung.
     for trial in set(r["trial"]):
         rows = [i for i, t in enumerate(r["trial"]) if t == trial]

@@ -179,7 +179,8 @@ class SuccessiveHalving(Scheduler):
         """Trials never to be continued: their trained state may be released.
 
         Failed trials, trials at the top rung, and trials of a complete rung outside its top
-        ``floor(n_k / eta)``.
+        ``floor(n_k / eta)``. A rung is complete once every trial promoted into it has a
+        result there: its first arrivals are not judged on a partial rung.
         """
         h = self.own(history)
         top = len(self.resources) - 1
@@ -187,9 +188,12 @@ class SuccessiveHalving(Scheduler):
         out.update(t for t in h.results if h.last_rung(t) == top and t not in h.running)
         if len(h.results) < self.n_trials:
             return frozenset(out)
+        keep: set[int] = set()  # the trials the rung below promotes into rung k
         for k in range(top):
             if any(h.last_rung(t) == k - 1 for t in h.running):
                 break
+            if any(not _promoted(h, t, k - 1) for t in keep):
+                break  # promotions into rung k are still to come
             scores = _scored(h, k)
             keep = set(rank(scores)[: promotion_quota(len(scores), self.reduction_factor)])
             out.update(

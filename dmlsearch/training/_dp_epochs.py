@@ -127,7 +127,7 @@ def fit_epochs(
 ) -> Any:
     """``net`` fitted by skorch's epoch loop on the driver, its training epochs
     data-parallel on ``gang`` (``X``: float32 rows, checked); returns ``net``."""
-    from ._gang_fold import _start, _trainer, train_on
+    from ._gang_fold import _start, _trainer, check_batch_rows, train_on
 
     check_rows(X, y)
     target = net._target(X, y)
@@ -136,12 +136,7 @@ def fit_epochs(
     X_train, y_train = _rows(train, "training")
     seed = _start(net, draws, continued)
     net.check_data(X, target)
-    if len(X_train) < int(net.batch_size):
-        raise InvalidParameterError(
-            "batch_size",
-            f"{len(X_train)} training rows (after train_split) are fewer than batch_size="
-            f"{net.batch_size}, the global batch of {gang.size} ranks: lower batch_size",
-        )
+    check_batch_rows(net, len(X_train), gang.size)
     net.try_batch(X_train, y_train)
     iterator_valid = None if valid is None else net.get_iterator(valid, training=False)
     shards = place_shards(gang.client, gang.workers, X_train, y_train)

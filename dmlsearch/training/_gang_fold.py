@@ -197,12 +197,7 @@ def fit_fold(
     """
     check_estimator(net, gang.size)
     Xf = check_X(X)
-    if len(Xf) < int(net.batch_size):
-        raise InvalidParameterError(
-            "batch_size",
-            f"{len(Xf)} training rows are fewer than batch_size={net.batch_size} (the "
-            f"global batch of data-parallel training on {gang.size} workers): lower batch_size",
-        )
+    check_batch_rows(net, len(Xf), gang.size)
     seed = _start(net, draws, continued)
     done = len(net.history) if continued else 0
     optimizer_state = net.optimizer_.state_dict() if continued else None
@@ -217,6 +212,18 @@ def fit_fold(
         net.history.record("train_loss", entry["loss"])
         net.history.record("dur", entry["seconds"])
     return net
+
+
+def check_batch_rows(net: Any, rows: int, k: int) -> None:
+    """InvalidParameterError unless ``rows`` fill one global batch of ``k`` ranks."""
+    if rows < int(net.batch_size):
+        raise InvalidParameterError(
+            "batch_size",
+            f"{rows} training rows are fewer than batch_size={net.batch_size}, the global "
+            f"batch of data-parallel training on {k} workers: each rank trains whole batches "
+            "(a one-process fit would train one partial batch), so lower batch_size, pass "
+            "more rows at once, or use trainer__n_workers=1",
+        )
 
 
 def train_on(
@@ -328,6 +335,7 @@ def fit_data_parallel(
             f"{sorted(fit_params)}",
         )
     Xf = check_X(X, "trainer__n_workers")
+    check_batch_rows(net, len(Xf), k)  # before a worker is reserved
     with _fit_client(net, k) as client:
         total = len(alive_workers(client, running=False))
         if k > total:

@@ -254,8 +254,15 @@ class _TorchEstimator:
         self._register_virtual_param("trainer__*")  # type: ignore[attr-defined]
 
     def initialize_module(self) -> Any:
+        seed = self.__dict__.get("seed_")
+        # Seeded here too, not only in initialize(): skorch rebuilds the module alone when
+        # set_params changes a module__ argument of an initialised net.
+        seeded = contextlib.nullcontext() if seed is None else torch.random.fork_rng(devices=[])
         try:
-            return super().initialize_module()  # type: ignore[misc]
+            with seeded:
+                if seed is not None:
+                    torch.manual_seed(_seed(seed, 0))
+                return super().initialize_module()  # type: ignore[misc]
         except TypeError as exc:
             name = getattr(self.module, "__name__", type(self.module).__name__)
             raise InvalidParameterError(
@@ -299,6 +306,8 @@ class _TorchEstimator:
         y = self._target(X, y)
         if not is_dataset(X):
             self.try_batch(X, y)
+        else:
+            self._commit_target()
         # The epochs reseed torch's global generator: give the caller's state back after.
         with torch.random.fork_rng(devices=[]):
             return super().fit_loop(X, y, epochs=epochs, **fit_params)  # type: ignore[misc]
@@ -310,6 +319,11 @@ class _TorchEstimator:
         """The module and criterion on the first rows of ``X`` (float32) and the encoded
         ``y``, before training (:func:`._inputs.try_first_rows`)."""
         try_first_rows(self, X, y)
+        self._commit_target()
+
+    def _commit_target(self) -> None:
+        """Keep what ``_target`` learnt of ``y`` once the fit is past its checks (a refused
+        fit leaves a fitted net as it was)."""
 
     def get_dataset(self, X: Any, y: Any = None) -> Any:
         if is_dataset(X):
@@ -441,7 +455,7 @@ class TorchRegressor(_TorchEstimator, NeuralNetRegressor):
         check_numeric("y", given.dtype)
         target = given.astype(np.float32)
         check_finite("y", target)
-        self.n_targets_dim_ = target.ndim
+        self.__dict__["_targets_dim"] = target.ndim  # n_targets_dim_ once past the checks
         return target.reshape(-1, 1) if target.ndim == 1 else target
 
     def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
@@ -454,6 +468,11 @@ class TorchRegressor(_TorchEstimator, NeuralNetRegressor):
                 f"broadcast one against the other: give the module {y_true.shape[-1]} "
                 "outputs a row (one per column of y)",
             )
+
+    def _commit_target(self) -> None:
+        dim = self.__dict__.pop("_targets_dim", None)
+        if dim is not None:
+            self.n_targets_dim_ = dim
 
     def predict(self, X: Any) -> np.ndarray:
         """The predictions; 1-D when the model was fitted on a 1-D ``y``."""
