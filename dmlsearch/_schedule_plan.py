@@ -78,6 +78,20 @@ def _bounds(
     return (1 if low is None else low), high
 
 
+def _check_not_searched(resource: str, search_space: Any) -> None:
+    """InvalidParameterError if the space also searches the parameter the scheduler sets."""
+    from .space import as_space
+
+    if any(resource in sub for sub in as_space(search_space).subspaces):
+        raise InvalidParameterError(
+            "search_space",
+            f"{resource!r} is the resource: the scheduler sets it at every rung (from "
+            "min_resource to max_resource), so a searched value would be overridden and "
+            f"best_params_ would not say what was trained; drop {resource!r} from the space, "
+            "or search it without a scheduler",
+        )
+
+
 def plan_schedule(
     search: SearchCV, splits: list[tuple[np.ndarray, np.ndarray]], y: Any
 ) -> tuple[SchedulePlan, int | None]:
@@ -100,6 +114,7 @@ def plan_schedule(
             "estimator parameter such as 'n_estimators' or 'max_iter'",
         )
     resource = check_resource(search.resource, search.estimator)
+    _check_not_searched(resource, search.search_space)
     given = search.scheduler
     if isinstance(given, Scheduler):
         if search.min_resource is not None or search.max_resource is not None:

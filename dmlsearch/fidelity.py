@@ -41,6 +41,7 @@ __all__ = [
     "check_resource",
     "is_torch_net",
     "is_xgboost",
+    "is_xgboost_forest",
     "subsample",
     "train",
     "train_n_samples",
@@ -192,9 +193,19 @@ def is_xgboost(estimator: Any) -> bool:
     )
 
 
+def is_xgboost_forest(estimator: Any) -> bool:
+    """Whether ``estimator`` is xgboost's random forest (``XGBRFClassifier``, ...): its
+    ``n_estimators`` are the trees of one round, which cannot be continued by boosting."""
+    names = {cls.__name__ for cls in type(estimator).__mro__}
+    return is_xgboost(estimator) and bool(names & {"XGBRFClassifier", "XGBRFRegressor"})
+
+
 def _xgboost_rounds(state: Any, param: str) -> bool:
-    """Whether ``param`` counts an xgboost model's boosting rounds (its ``n_estimators``)."""
-    return param.rpartition("__")[2] == "n_estimators" and is_xgboost(_step_of(state, param))
+    """Whether ``param`` counts an xgboost model's boosting rounds (its ``n_estimators``;
+    not a random forest's trees, which are refitted at every budget)."""
+    step = _step_of(state, param)
+    counts = param.rpartition("__")[2] == "n_estimators"
+    return counts and is_xgboost(step) and not is_xgboost_forest(step)
 
 
 def _xgb_fit(

@@ -167,3 +167,39 @@ def test_a_scheduler_boosts_promoted_trials_on_from_their_fold_boosters(client, 
             once.cv_results_[f"split{f}_test_score"][0], abs=1e-9
         )
     assert search.best_estimator_.n_estimators == 9
+
+
+def test_a_random_forest_is_refitted_at_each_rung_not_boosted_on(client, data):
+    # xgboost's forests have one round of n_estimators trees: boosting on from one would
+    # add a second forest to the first, not grow it.
+    X, y = data
+    cv = KFold(2, shuffle=True, random_state=0)
+    forest = xgboost.XGBRFClassifier(max_depth=3, random_state=0)
+    for k in (1, 2):
+        search = SearchCV(
+            forest, {"colsample_bynode": [0.5, 0.8, 1.0]}, strategy="grid",
+            scheduler="halving", resource="n_estimators", min_resource=2, max_resource=6,
+            reduction_factor=3, cv=cv, scoring="neg_log_loss", workers_per_trial=k,
+            client=client, progress=False, refit=False,
+        ).fit(X, y)  # fmt: skip
+        r = search.cv_results_
+        (top,) = [i for i, n in enumerate(r["n_resources"]) if n == 6]
+        assert not r["continued"][top] and r["work"][top] == 6
+        once = SearchCV(
+            forest.set_params(n_estimators=6),
+            {"colsample_bynode": [r["params"][top]["colsample_bynode"]]}, strategy="grid",
+            cv=cv, scoring="neg_log_loss", workers_per_trial=k, client=client,
+            progress=False, refit=False,
+        ).fit(X, y)  # fmt: skip
+        got, want = r["mean_test_score"][top], once.cv_results_["mean_test_score"][0]
+        assert got == pytest.approx(want, abs=1e-6 if k == 1 else 0.02)
+
+
+def test_a_searched_resource_is_refused(client, data):
+    X, y = data
+    search = SearchCV(
+        xgboost.XGBClassifier(), {"n_estimators": [10, 20]}, scheduler="asha",
+        resource="n_estimators", max_resource=9, cv=2, client=client, progress=False,
+    )  # fmt: skip
+    with pytest.raises(InvalidParameterError, match="'n_estimators' is the resource"):
+        search.fit(X, y)

@@ -18,6 +18,7 @@ from skorch.callbacks import (
     EpochScoring,
     Freezer,
     GradientNormClipping,
+    Initializer,
     LRScheduler,
 )
 from skorch.dataset import Dataset, ValidSplit
@@ -106,11 +107,17 @@ def test_bad_input_is_refused_before_any_work(
         ({"trainer__client": 42}, "trainer__client: expected None"),
         ({"trainer__client": None}, "no current Dask client"),
         ({"batch_size": 1}, "cannot be split over trainer__n_workers=2"),
-        ({"callbacks": [("x", None)]}, "callback 'x' is None, not a skorch Callback"),
+        ({"callbacks": [("x", 42)]}, "callback 'x' is 42, not a skorch Callback"),
         ({"callbacks": [GradientNormClipping(1.0)]}, "acts on every training batch"),
         ({"callbacks": [LRScheduler(step_every="batch")]}, "acts on every training batch"),
         ({"callbacks": [EpochScoring("accuracy", on_train=True)]}, "use_caching=False"),
         ({"callbacks": [("f", Freezer("layers.0*"))]}, "'f' \\(Freezer\\) changes"),
+        # A callback's parameters, or a callback set by name, as skorch resolves them.
+        ({"callbacks__print_log": GradientNormClipping(1.0)}, "'print_log'"),
+        (
+            {"train_split": ValidSplit(0.9), "batch_size": 32},
+            "24 training rows are fewer than batch_size=32",
+        ),
         ({"train_split": lambda ds, y: (list(range(9)), None)}, "train_split must return"),
         ({"iterator_train": Loader}, "iterator_train="),
         ({"iterator_train__num_workers": 2}, "iterator_train__num_workers="),
@@ -122,6 +129,14 @@ def test_bad_input_is_refused_before_any_work(
         assert not candidate.initialized_
     with pytest.raises(InvalidParameterError, match="20 training rows are fewer than batch"):
         clone(net).set_params(batch_size=32).partial_fit(X[:20], y[:20])
+    # A callback's parameters as skorch resolves them (given to the constructor).
+    per_batch = sgd_net(
+        TorchClassifier, trainer__n_workers=K, trainer__client=client,
+        callbacks=[("lrs", LRScheduler)], callbacks__lrs__step_every="batch",
+    )  # fmt: skip
+    with pytest.raises(InvalidParameterError, match="'lrs' \\(LRScheduler\\) acts on every"):
+        per_batch.fit(X, y)
+    assert not per_batch.initialized_
     with pytest.raises(InvalidParameterError, match="no fit parameters"):
         clone(net).fit(X, y, epochs=2)
     with pytest.raises(InvalidParameterError, match="trainer__n_workers=3 but the cluster"):
@@ -278,3 +293,22 @@ def test_an_lr_schedule_reaches_the_ranks_and_early_stopping_ends_the_fit(
     ).fit(X, y)  # fmt: skip
     assert 3 <= len(stopped.history) < 30
     assert stopped.predict(X).shape == (N,)
+
+
+def test_verbose_prints_the_epochs_and_an_initializer_runs_on_the_driver(
+    client: Client, data: tuple[np.ndarray, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    X, y = data
+    constant = Initializer("layers.0.weight", torch.nn.init.zeros_)
+    net = sgd_net(
+        TorchClassifier, random_state=1, verbose=1, max_epochs=2, callbacks=[constant],
+        trainer__n_workers=K, trainer__client=client,
+    )  # fmt: skip
+    net.fit(X, y)
+    printed = capsys.readouterr().out
+    assert "train_loss" in printed and len(net.history) == 2
+    assert "train_loss_best" in net.history[-1]  # skorch's default callbacks ran
+    # The zeroed weights were what the ranks started from: a fit from them, one process.
+    one = sgd_net(TorchClassifier, random_state=1, max_epochs=2, callbacks=[constant])
+    rows = rank_order(N, K, one.batch_size)
+    assert_same_weights(net.module_, one.fit(X[rows], y[rows]).module_)

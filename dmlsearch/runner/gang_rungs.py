@@ -98,9 +98,11 @@ class GangRungSteps:
 
     def _fit(
         self, gang: Gang, model: Any, X: Any, y: Any, previous: int, resource: int, draws: Any
-    ) -> Any:
+    ) -> tuple[Any, int]:
         """``model`` (a fold's: unfitted, or fitted to ``previous``) trained to ``resource``
-        on ``gang``; returns the fitted model, which says ``resource``."""
+        on ``gang``; returns the fitted model, which says ``resource``, and the resource
+        units trained (``resource - previous``, or ``resource`` when refitted)."""
+        from ..fidelity import is_xgboost_forest
         from .gang_trials import _guarded, fit_xgboost, is_torch_estimator
 
         if is_torch_estimator(model):
@@ -111,12 +113,14 @@ class GangRungSteps:
                 fit_fold, gang, model, X, y, draws, self.timeout, continued=previous > 0
             )
             _guarded(gang, fit)
-            return model.set_params(max_epochs=resource)
+            return model.set_params(max_epochs=resource), resource - previous
+        if is_xgboost_forest(model):
+            previous = 0  # one round of trees: more trees are a new forest, refitted
         # xgboost: the rounds left, boosted on from the fold's booster.
         booster = model.get_booster() if previous > 0 else None
         rounds = clone(model).set_params(n_estimators=resource - previous)
         fit = functools.partial(fit_xgboost, gang, rounds, self.timeout, X, y, booster)
-        return _guarded(gang, fit).set_params(n_estimators=resource)
+        return _guarded(gang, fit).set_params(n_estimators=resource), resource - previous
 
     def step(self, gang: Gang, spec: RungSpec) -> RungResult:
         """Train and score the trial's folds to ``spec.resource`` on ``gang``."""
@@ -131,7 +135,7 @@ class GangRungSteps:
         fit_times: list[float] = []
         score_times: list[float] = []
         nets: list[Any] = []
-        work = 0
+        work, went_on = 0, True
         for fold, (rows, test_rows) in enumerate(ev.splits):
             X_train, y_train = _safe_split(fresh, data.X, data.y, rows)
             X_test, y_test = _safe_split(fresh, data.X, data.y, test_rows, rows)
@@ -139,8 +143,11 @@ class GangRungSteps:
             net = held[1][fold] if held is not None else clone(fresh)
             t0 = time.perf_counter()
             if spec.resource > previous:
-                net = self._fit(gang, net, X_train, y_train, previous, spec.resource, draws)
-                work += spec.resource - previous
+                net, trained = self._fit(
+                    gang, net, X_train, y_train, previous, spec.resource, draws
+                )
+                went_on = went_on and trained == spec.resource - previous
+                work += trained
             fit_times.append(time.perf_counter() - t0)
             t1 = time.perf_counter()
             test.append(_score(ev.scorer, net, X_test, y_test, ev.multimetric))
@@ -164,6 +171,6 @@ class GangRungSteps:
             finished=time.time(),
             worker="+".join(gang.workers),
             work=work / n,
-            continued=held is not None,
+            continued=held is not None and went_on,
             stored=True,
         )

@@ -19,7 +19,9 @@ clipping, per-batch learning-rate steps, scoring cached training predictions) an
 
 from __future__ import annotations
 
+import copy
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from skorch.callbacks import (
     BatchScoring,
     Callback,
     EpochScoring,
+    Initializer,
     LRScheduler,
     ParamMapper,
     ProgressBar,
@@ -39,17 +42,18 @@ from ..runner.gang import Gang
 from ._data import place_shards
 from ._inputs import check_rows
 
-__all__ = ["check_callbacks", "fit_epochs", "needs_epoch_loop"]
+__all__ = ["EpochData", "check_callbacks", "fit_epochs", "needs_epoch_loop", "split_epochs"]
 
 _BATCH_HOOKS = ("on_batch_begin", "on_batch_end", "on_grad_computed")
 
 
 def needs_epoch_loop(net: Any) -> bool:
     """Whether a data-parallel fit of ``net`` runs skorch's loop epoch by epoch (it has
-    callbacks of its own or a validation split)."""
+    callbacks of its own, a validation split, or prints its epochs)."""
     callbacks = net.callbacks
     has_callbacks = callbacks not in (None, "disable") and len(callbacks) > 0
-    return has_callbacks or net.train_split is not None
+    set_by_name = any(key.startswith("callbacks__") for key in vars(net))
+    return has_callbacks or set_by_name or net.train_split is not None or bool(net.verbose)
 
 
 def _per_training_batch(callback: Any) -> bool:
@@ -67,21 +71,39 @@ def _per_training_batch(callback: Any) -> bool:
     )
 
 
-def check_callbacks(net: Any, k: int) -> None:
-    """InvalidParameterError for a callback a data-parallel fit cannot honour."""
-    if net.callbacks in (None, "disable"):
-        return
-    for item in net.callbacks:
-        name, callback = item if isinstance(item, tuple) else (type(item).__name__, item)
+def _will_run(net: Any, continued: bool) -> list[tuple[str, Any]]:
+    """The callbacks a fit of ``net`` will run, as skorch's ``initialize_callbacks`` makes
+    them (``callbacks__<name>`` replacing a callback or setting its parameters), without
+    changing the net; a continued fit keeps the ones it has (``callbacks_``)."""
+    if continued and hasattr(net, "callbacks_"):
+        return list(net.callbacks_)
+    if net.callbacks == "disable":
+        return []
+    out = []
+    for name, given in net._uniquely_named_callbacks():
+        callback = net.__dict__.get(f"callbacks__{name}", given)
+        params = net.get_params_for(f"callbacks__{name}")
         if isinstance(callback, type) and issubclass(callback, Callback):
-            callback = callback()
+            callback = callback(**params)
+        elif isinstance(callback, Callback) and params:
+            callback = copy.deepcopy(callback).set_params(**params)
+        if callback is not None:
+            out.append((name, callback))
+    return out
+
+
+def check_callbacks(net: Any, k: int, continued: bool = False) -> None:
+    """InvalidParameterError for a callback a data-parallel fit cannot honour."""
+    for name, callback in _will_run(net, continued):
         if not isinstance(callback, Callback):
             raise InvalidParameterError(
                 "callbacks",
                 f"callback {name!r} is {callback!r}, not a skorch Callback: pass "
                 "skorch.callbacks instances, or (name, callback) pairs",
             )
-        if isinstance(callback, ParamMapper):
+        # An Initializer changes weights on the driver before an epoch's job, which
+        # sends them; other mappers (Freezer) change requires_grad, which it does not.
+        if isinstance(callback, ParamMapper) and not isinstance(callback, Initializer):
             raise InvalidParameterError(
                 "callbacks",
                 f"callback {name!r} ({type(callback).__name__}) changes the module's "
@@ -115,28 +137,49 @@ def _rows(dataset: Any, role: str) -> tuple[np.ndarray, Any]:
     )
 
 
+@dataclass(frozen=True)
+class EpochData:
+    """``X`` and ``y`` split by the net's ``train_split``, checked before a worker is
+    reserved and before the net is initialised."""
+
+    X: np.ndarray
+    y: Any
+    target: Any
+    train: Any
+    valid: Any
+    X_train: np.ndarray
+    y_train: Any
+
+
+def split_epochs(net: Any, X: np.ndarray, y: Any, k: int) -> EpochData:
+    """The rows of a fit by :func:`fit_epochs` on ``k`` ranks (``X``: float32, checked)."""
+    from ._gang_fold import check_batch_rows
+
+    check_rows(X, y)
+    target = net._target(X, y)
+    train, valid = net.get_split_datasets(X, target)
+    X_train, y_train = _rows(train, "training")
+    check_batch_rows(net, len(X_train), k)
+    return EpochData(X, y, target, train, valid, X_train, y_train)
+
+
 def fit_epochs(
     gang: Gang,
     net: Any,
-    X: np.ndarray,
-    y: Any,
+    data: EpochData,
     draws: np.random.RandomState,
     timeout: float,
     *,
     continued: bool,
 ) -> Any:
     """``net`` fitted by skorch's epoch loop on the driver, its training epochs
-    data-parallel on ``gang`` (``X``: float32 rows, checked); returns ``net``."""
-    from ._gang_fold import _start, _trainer, check_batch_rows, train_on
+    data-parallel on ``gang``; returns ``net``."""
+    from ._gang_fold import _start, _trainer, train_on
 
-    check_rows(X, y)
-    target = net._target(X, y)
-    # Split (and refuse a split it cannot use) before the net is initialised.
-    train, valid = net.get_split_datasets(X, target)
-    X_train, y_train = _rows(train, "training")
+    X, y, train, valid = data.X, data.y, data.train, data.valid
+    X_train, y_train = data.X_train, data.y_train
     seed = _start(net, draws, continued)
-    net.check_data(X, target)
-    check_batch_rows(net, len(X_train), gang.size)
+    net.check_data(X, data.target)
     net.try_batch(X_train, y_train)
     iterator_valid = None if valid is None else net.get_iterator(valid, training=False)
     shards = place_shards(gang.client, gang.workers, X_train, y_train)

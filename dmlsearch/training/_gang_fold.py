@@ -324,7 +324,7 @@ def fit_data_parallel(
     from NumPy's global generator). With callbacks or a ``train_split``, skorch's epoch
     loop runs on the driver and each training epoch on the gang (:mod:`._dp_epochs`).
     """
-    from ._dp_epochs import fit_epochs, needs_epoch_loop
+    from ._dp_epochs import check_callbacks, fit_epochs, needs_epoch_loop, split_epochs
 
     continued = bool(net.initialized_) and (partial or bool(net.warm_start))
     k = check_data_parallel(net)
@@ -334,8 +334,11 @@ def fit_data_parallel(
             f"a data-parallel fit (trainer__n_workers={k}) takes no fit parameters, got "
             f"{sorted(fit_params)}",
         )
+    if continued:
+        check_callbacks(net, k, continued=True)  # the ones it has run before
     Xf = check_X(X, "trainer__n_workers")
     check_batch_rows(net, len(Xf), k)  # before a worker is reserved
+    epochs = split_epochs(net, Xf, y, k) if needs_epoch_loop(net) else None
     with _fit_client(net, k) as client:
         total = len(alive_workers(client, running=False))
         if k > total:
@@ -346,6 +349,6 @@ def fit_data_parallel(
             )
         with reserve(client, k, name=f"{type(net).__name__}.fit") as gang:
             draws = check_random_state(None)
-            if needs_epoch_loop(net):
-                return fit_epochs(gang, net, Xf, y, draws, FIT_TIMEOUT, continued=continued)
+            if epochs is not None:
+                return fit_epochs(gang, net, epochs, draws, FIT_TIMEOUT, continued=continued)
             return fit_fold(gang, net, Xf, y, draws, FIT_TIMEOUT, continued=continued)
