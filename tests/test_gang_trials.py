@@ -174,10 +174,12 @@ def test_a_random_forest_is_refitted_at_each_rung_not_boosted_on(client, data):
     # add a second forest to the first, not grow it.
     X, y = data
     cv = KFold(2, shuffle=True, random_state=0)
-    forest = xgboost.XGBRFClassifier(max_depth=3, random_state=0)
+    # No row or column sampling: xgboost's per-thread generators are not restarted
+    # between fits, so a sampled forest would depend on what its thread trained before.
+    forest = xgboost.XGBRFClassifier(subsample=1.0, colsample_bynode=1.0, random_state=0)
     for k in (1, 2):
         search = SearchCV(
-            forest, {"colsample_bynode": [0.5, 0.8, 1.0]}, strategy="grid",
+            forest, {"max_depth": [2, 3, 4]}, strategy="grid",
             scheduler="halving", resource="n_estimators", min_resource=2, max_resource=6,
             reduction_factor=3, cv=cv, scoring="neg_log_loss", workers_per_trial=k,
             client=client, progress=False, refit=False,
@@ -187,12 +189,12 @@ def test_a_random_forest_is_refitted_at_each_rung_not_boosted_on(client, data):
         assert not r["continued"][top] and r["work"][top] == 6
         once = SearchCV(
             forest.set_params(n_estimators=6),
-            {"colsample_bynode": [r["params"][top]["colsample_bynode"]]}, strategy="grid",
+            {"max_depth": [r["params"][top]["max_depth"]]}, strategy="grid",
             cv=cv, scoring="neg_log_loss", workers_per_trial=k, client=client,
             progress=False, refit=False,
         ).fit(X, y)  # fmt: skip
         got, want = r["mean_test_score"][top], once.cv_results_["mean_test_score"][0]
-        assert got == pytest.approx(want, abs=1e-6 if k == 1 else 0.02)
+        assert got == pytest.approx(want, abs=1e-6 if k == 1 else 1e-3)
 
 
 def test_a_searched_resource_is_refused(client, data):
