@@ -56,7 +56,7 @@ def check_gang_resource(resource: Any, k: int, estimator: Any) -> None:
 
 
 class GangRungSteps:
-    """Runs rung steps of torch trials on gangs; holds each trial's fold nets between rungs.
+    """Runs rung steps of gang trials; holds each trial's fold models between rungs.
 
     ``timeout``: seconds a collective of a fold's ranks may wait. Thread-safe: steps of
     different trials run in the driver's threads at once.
@@ -68,11 +68,6 @@ class GangRungSteps:
         self.timeout = timeout
         self._held: dict[int, tuple[int, list[Any]]] = {}
         self._lock = threading.Lock()
-
-    def held(self) -> list[int]:
-        """The trials whose fold nets the driver holds now."""
-        with self._lock:
-            return sorted(self._held)
 
     def release(self, trials: list[int] | None = None) -> None:
         """Drop the fold nets of ``trials`` (every trial's if None)."""

@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from distributed import Client
@@ -56,6 +56,8 @@ __all__ = [
     "dask_twin",
     "is_torch_estimator",
 ]
+
+R = TypeVar("R")
 
 #: Seconds a fold's training may go on after a gang worker left before it is given up.
 LOSS_GRACE = 5.0
@@ -260,11 +262,7 @@ class GangTrialRunner:
         on_tick: Callable[[], None] | None = None,
     ) -> None:
         n_workers = self._check_cluster()
-        self._check_data(data)
-        if is_torch_estimator(context.estimator):
-            from ..training._gang_fold import check_X
-
-            check_X(data.X)
+        self._check_data(data, context.estimator)
         source = StrategySource(
             strategy,
             seed,
@@ -297,25 +295,17 @@ class GangTrialRunner:
         :class:`~dmlsearch.runner.gang_rungs.GangRungSteps`); ``ends``: a
         ``time.monotonic()`` after which no step starts. Returns the run's stats."""
         n_workers = self._check_cluster()
-        self._check_data(steps.data)
-        from ..training._gang_fold import check_X
-
-        check_X(steps.data.X)
-        error_score = steps.context.evaluation.error_score
+        evaluation = steps.context.evaluation
+        self._check_data(steps.data, evaluation.estimator)
 
         def rung(unit: Unit[Any]) -> Any:
             spec = unit.payload
-            name = f"trial {spec.trial} (to {spec.resource})"
-            try:
-                self._wait_for_workers(name)
-                with reserve(self.client, self.k, name=name) as gang:
-                    return steps.step(gang, spec)
-            except GangWorkerLostError as exc:
-                return steps.failed(spec, FAILED, f"GangWorkerLostError: {exc}")
-            except Exception:
-                if error_score == "raise":
-                    raise
-                return steps.failed(spec, FAILED, traceback.format_exc())
+            return self._on_gang(
+                f"trial {spec.trial} (to {spec.resource})",
+                lambda gang: steps.step(gang, spec),
+                lambda error: steps.failed(spec, FAILED, error),
+                evaluation.error_score,
+            )
 
         try:
             self._drive(source, rung, n_workers, ends, on_tick)
@@ -324,12 +314,16 @@ class GangTrialRunner:
         return self.stats
 
     @staticmethod
-    def _check_data(data: SearchData) -> None:
+    def _check_data(data: SearchData, estimator: Any) -> None:
         if data.fit_params:
             raise InvalidParameterError(
                 "fit_params",
                 f"workers_per_trial > 1 takes no fit parameters, got {sorted(data.fit_params)}",
             )
+        if is_torch_estimator(estimator):
+            from ..training._gang_fold import check_X
+
+            check_X(data.X)
 
     def _check_cluster(self) -> int:
         n_workers = len(alive_workers(self.client))
@@ -395,17 +389,33 @@ class GangTrialRunner:
         self, kind: TrialKind, unit: Unit[TrialSpec], data: SearchData, context: EvalContext
     ) -> TrialOutcome:
         spec = unit.payload
-        name = f"trial {spec.number}"
+        return self._on_gang(
+            f"trial {spec.number}",
+            lambda gang: self._folds(gang, spec, data, context),
+            lambda error: kind.failed(unit, FAILED, error),
+            context.error_score,
+        )
+
+    def _on_gang(
+        self,
+        name: str,
+        work: Callable[[Gang], R],
+        failed: Callable[[str], R],
+        error_score: Any,
+    ) -> R:
+        """``work`` on a gang reserved for it (once the cluster has k workers), or
+        ``failed(error)`` when a gang worker was lost or ``work`` raised (which re-raises
+        with ``error_score="raise"``)."""
         try:
             self._wait_for_workers(name)
             with reserve(self.client, self.k, name=name) as gang:
-                return self._folds(gang, spec, data, context)
+                return work(gang)
         except GangWorkerLostError as exc:
-            return kind.failed(unit, FAILED, f"GangWorkerLostError: {exc}")
+            return failed(f"GangWorkerLostError: {exc}")
         except Exception:
-            if context.error_score == "raise":
+            if error_score == "raise":
                 raise
-            return kind.failed(unit, FAILED, traceback.format_exc())
+            return failed(traceback.format_exc())
 
     def _wait_for_workers(self, name: str) -> None:
         """Wait while a lost worker comes back (a nanny restarts it), up to the Dask config
