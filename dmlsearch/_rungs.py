@@ -19,6 +19,7 @@ without a valid copy) it refits from scratch.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -44,6 +45,7 @@ from ._evaluate import (
 )
 from ._rung_store import StateStore
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
+from ._xgb_matrices import cached_fold_rows, drop_run, fold_rows_key
 from .exceptions import TrialTimeoutError
 from .fidelity import TrainStep, train_n_samples, train_param, train_partial_fit
 
@@ -193,6 +195,8 @@ def drop_states(run: str, trials: list[int] | None = None, dask_worker: Any = No
         gone = [k for k in held if k[0] == run and (wanted is None or k[1] in wanted)]
         for key in gone:
             del held[key]
+    if trials is None:  # the run is over: its folds' matrices and rows go too
+        drop_run(run)
     return len(gone)
 
 
@@ -246,6 +250,12 @@ class _Step:
     error: str | None = None
 
 
+def _split(state: Any, data: SearchData, train: Any, test: Any) -> tuple[Any, ...]:
+    X_train, y_train = _safe_split(state, data.X, data.y, train)
+    X_test, y_test = _safe_split(state, data.X, data.y, test, train)
+    return X_train, y_train, X_test, y_test
+
+
 def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: _Held | None) -> _Step:
     ev = context.evaluation
     n_samples = _num_samples(data.X)
@@ -260,8 +270,10 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: _He
             state, previous = held.models[k], held.resource
         else:
             state, previous = fresh, spec.from_resource
-        X_train, y_train = _safe_split(state, data.X, data.y, train)
-        X_test, y_test = _safe_split(state, data.X, data.y, test, train)
+        X_train, y_train, X_test, y_test = cached_fold_rows(
+            fold_rows_key(context.resource, state, (context.run, k)),
+            functools.partial(_split, state, data, train, test),
+        )
         fit_params = _index_fit_params(data.fit_params, n_samples, train)
         t0 = time.perf_counter()
         try:

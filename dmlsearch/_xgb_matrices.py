@@ -10,31 +10,160 @@ A promoted trial's fold model trains on in place (:func:`boost_in_place`): its o
 ``Booster`` gets the further rounds on that matrix, so xgboost's prediction cache makes
 the step cost only its new rounds (``fit(xgb_model=booster)`` would copy the booster and
 predict every earlier tree again, in a new ``Booster`` built through the whole ``fit``).
+
+The fold's rows themselves (training and test parts, copied out of the search's data by
+fancy indexing at every step) are kept too, read-only, while they fit in a share of the
+worker's memory (:func:`cached_fold_rows`): xgboost never writes to its input, and a
+continued step then copies nothing.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
-__all__ = ["MAX_MATRICES", "boost_in_place", "cached_train_matrix", "matrix_stats"]
+__all__ = [
+    "MAX_MATRICES",
+    "ROWS_SHARE",
+    "boost_in_place",
+    "cached_fold_rows",
+    "cached_train_matrix",
+    "drop_run",
+    "fold_rows_key",
+    "matrix_stats",
+]
 
-#: Matrices kept per worker process (a few searches' folds), least recently used dropped.
+#: Matrices (and folds' rows) kept per worker process (a few searches' folds), least
+#: recently used dropped.
 MAX_MATRICES = 16
+#: The share of the worker's memory limit that cached folds' rows may take (1 GiB of
+#: rows where the process has no limit).
+ROWS_SHARE = 0.1
+_ROWS_WITHOUT_LIMIT = 1 << 30
 
 _lock = threading.Lock()
 _matrices: OrderedDict[Hashable, Any] = OrderedDict()
-_stats = {"built": 0, "reused": 0, "in_place": 0}
+_rows: OrderedDict[Hashable, tuple[int, tuple[Any, ...]]] = OrderedDict()
+_stats = {"built": 0, "reused": 0, "in_place": 0, "rows_reused": 0}
 
 
 def _config(model: Any) -> tuple[Any, ...]:
     """What the matrix depends on besides the rows: xgboost builds it from these."""
-    names = ("max_bin", "missing", "enable_categorical", "tree_method", "device", "booster")
+    # The parameters are attributes (scikit-learn's convention): get_params would cost an
+    # inspect.signature per call, at every fold of every step.
+    names = (
+        "max_bin",
+        "missing",
+        "enable_categorical",
+        "tree_method",
+        "device",
+        "booster",
+        "feature_types",
+    )
     values = tuple(repr(getattr(model, name, None)) for name in names)
-    return (type(model).__qualname__, repr(model.get_params().get("feature_types")), *values)
+    return (type(model).__qualname__, *values)
+
+
+def _nbytes(value: Any) -> int | None:
+    """Bytes held by an array, sparse matrix or data frame; None if unknown."""
+    if hasattr(value, "memory_usage") and callable(value.memory_usage):
+        try:  # pandas: the DataFrame's or Series' own figure
+            usage = value.memory_usage(deep=False)
+            return int(usage.sum() if hasattr(usage, "sum") else usage)
+        except Exception:
+            return None
+    if hasattr(value, "data") and hasattr(value, "indices") and hasattr(value, "indptr"):
+        return int(value.data.nbytes + value.indices.nbytes + value.indptr.nbytes)
+    size = getattr(value, "nbytes", None)
+    return int(size) if isinstance(size, int) else None
+
+
+def _rows_budget() -> int:
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        limit = None
+    return int(limit * ROWS_SHARE) if limit else _ROWS_WITHOUT_LIMIT
+
+
+def _read_only(value: Any) -> None:
+    # A caller that wrote into cached rows would change them for every later step: make
+    # that an error instead (numpy arrays and scipy.sparse's arrays).
+    for array in (value, getattr(value, "data", None)):
+        flags = getattr(array, "flags", None)
+        if flags is not None and hasattr(flags, "writeable"):
+            with suppress(ValueError):
+                flags.writeable = False
+
+
+def fold_rows_key(resource: str, estimator: Any, key: Hashable) -> Hashable | None:
+    """``key`` if a rung step training ``estimator`` by ``resource`` may cache its folds'
+    rows (:func:`cached_fold_rows`), else None.
+
+    Only an xgboost model, not in a Pipeline, keeps them: it never writes to its input (a
+    transformer with ``copy=False`` would), and it is what trains in place on a cached
+    matrix, where copying the rows is most of a continued step's cost. A random forest
+    refits at every step: nothing to gain.
+    """
+    from .fidelity import is_xgboost, is_xgboost_forest
+
+    if "__" in resource or not is_xgboost(estimator) or is_xgboost_forest(estimator):
+        return None
+    return key
+
+
+def cached_fold_rows(key: Hashable | None, make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """``make()`` (a fold's rows, as a tuple of arrays), kept per ``key`` in this process.
+
+    Later calls with the same ``key`` (a search run and a fold) get the same objects, made
+    read-only where they can be, while the rows of every cached fold fit in
+    :data:`ROWS_SHARE` of the worker's memory limit. ``None`` turns the cache off.
+    """
+    if key is None:
+        return make()
+    with _lock:
+        held = _rows.get(key)
+        if held is not None:
+            _rows.move_to_end(key)
+            _stats["rows_reused"] += 1
+            return held[1]
+    rows = make()
+    sizes = [_nbytes(part) for part in rows]
+    if any(size is None for part, size in zip(rows, sizes, strict=True) if part is not None):
+        return rows
+    size = sum(s or 0 for s in sizes)
+    budget = _rows_budget()
+    if size > budget:
+        return rows
+    for part in rows:
+        _read_only(part)
+    with _lock:
+        _rows[key] = (size, rows)
+        while len(_rows) > MAX_MATRICES or sum(n for n, _ in _rows.values()) > budget:
+            _rows.popitem(last=False)
+    return rows
+
+
+def drop_run(run: str) -> int:
+    """Forget the matrices and rows of search run ``run`` (keys ``(run, fold)``); how many."""
+
+    def of_run(key: Any) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and key[0] == run
+
+    with _lock:
+        # A matrix's key is ((run, fold), thread, config).
+        gone = [k for k in _matrices if isinstance(k, tuple) and of_run(k[0])]
+        for key in gone:
+            del _matrices[key]
+        rows = [k for k in _rows if of_run(k)]
+        for row_key in rows:
+            del _rows[row_key]
+    return len(gone) + len(rows)
 
 
 def matrix_stats() -> dict[str, int]:

@@ -376,14 +376,14 @@ def test_xgboost_boosts_in_place_only_where_fit_would_do_nothing_more() -> None:
         assert first.estimator.get_booster().num_boosted_rounds() == 2  # the state kept
 
 
-def test_a_worker_continues_xgboost_rung_steps_in_place_as_one_fit() -> None:
+def _xgb_rung_context(run: str) -> tuple[Any, Any]:
+    """A worker's context for rung steps of a 3-fold xgboost search of X, Y; and the data."""
     xgboost = pytest.importorskip("xgboost")
     from sklearn.metrics import check_scoring
     from sklearn.model_selection import StratifiedKFold
 
     from dmlsearch._evaluate import EvalContext, SearchData
-    from dmlsearch._rungs import RungContext, RungSpec, drop_states, run_rung_step
-    from dmlsearch._xgb_matrices import matrix_stats
+    from dmlsearch._rungs import RungContext
 
     base = xgboost.XGBClassifier(max_depth=3, tree_method="hist", random_state=0, n_jobs=1)
     evaluation = EvalContext(
@@ -391,8 +391,15 @@ def test_a_worker_continues_xgboost_rung_steps_in_place_as_one_fit() -> None:
         splits=list(StratifiedKFold(3).split(X, Y)), error_score=np.nan,
         return_train_score=True, trial_timeout=None,
     )  # fmt: skip
-    context = RungContext(evaluation, "n_estimators", "rung-in-place", 0, np.unique(Y))
-    data, params = SearchData(X, Y, {}), {"learning_rate": 0.3}
+    return RungContext(evaluation, "n_estimators", run, 0, np.unique(Y)), SearchData(X, Y, {})
+
+
+def test_a_worker_continues_xgboost_rung_steps_in_place_as_one_fit() -> None:
+    from dmlsearch._rungs import RungSpec, drop_states, run_rung_step
+    from dmlsearch._xgb_matrices import matrix_stats
+
+    context, data = _xgb_rung_context("rung-in-place")
+    params = {"learning_rate": 0.3}
     before = matrix_stats()["in_place"]
     for rung, (start, resource) in enumerate(((0, 1), (1, 3), (3, 9))):
         step = run_rung_step(data, context, RungSpec(0, params, 0, rung, resource, start), "w")
@@ -565,3 +572,54 @@ def test_search_cv_asha_on_torch_epochs_trains_each_epoch_once(tmp_path: Any) ->
         epochs = len(fh.readlines())
     assert epochs == 2 * highest + search.best_resource_
     assert len(search.best_estimator_.history) == search.best_resource_
+
+
+def test_xgboost_rung_steps_copy_each_folds_rows_once_and_read_only() -> None:
+    from dmlsearch import _xgb_matrices
+    from dmlsearch._rungs import RungSpec, drop_states, run_rung_step
+
+    context, data = _xgb_rung_context("rows-run")
+    before = _xgb_matrices.matrix_stats()["rows_reused"]
+    steps = [
+        run_rung_step(data, context, RungSpec(t, {"learning_rate": r}, 0, 0, 3), "w")
+        for t, r in enumerate((0.1, 0.3))
+    ]
+    steps.append(run_rung_step(data, context, RungSpec(0, {"learning_rate": 0.1}, 0, 1, 6, 3), "w"))
+    # Three folds split once; the other two steps took every fold's rows from the cache.
+    assert _xgb_matrices.matrix_stats()["rows_reused"] - before == 6
+    held = [rows for key, (_, rows) in _xgb_matrices._rows.items() if key[0] == "rows-run"]
+    assert len(held) == 3 and not any(part.flags.writeable for rows in held for part in rows)
+    # The same scores as steps that split the rows anew (another run's key, cache off).
+    alone, _ = _xgb_rung_context("rows-run-2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_xgb_matrices, "_rows_budget", lambda: 0)  # nothing fits
+        again = run_rung_step(data, alone, RungSpec(1, {"learning_rate": 0.3}, 0, 0, 3), "w")
+    assert not any(key[0] == "rows-run-2" for key in _xgb_matrices._rows)
+    assert (again.test_scores, again.train_scores) == (steps[1].test_scores, steps[1].train_scores)
+    # The run's end drops its states, matrices and rows.
+    worker = SimpleNamespace(address="w")
+    drop_states("rows-run", dask_worker=worker)
+    drop_states("rows-run-2", dask_worker=worker)
+    assert not any(key[0].startswith("rows-run") for key in _xgb_matrices._rows)
+    assert not any(key[0][0].startswith("rows-run") for key in _xgb_matrices._matrices)
+
+
+def test_fold_rows_are_cached_only_for_bare_xgboost_models() -> None:
+    xgboost = pytest.importorskip("xgboost")
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from dmlsearch._xgb_matrices import fold_rows_key
+
+    def key(estimator: Any, resource: str) -> Any:
+        return fold_rows_key(resource, estimator, ("run", 2))
+
+    xgb = xgboost.XGBClassifier()
+    assert key(xgb, "n_estimators") == ("run", 2)
+    assert key(xgb, "n_samples") == ("run", 2)
+    # A Pipeline's transformers may write into their input (copy=False); a forest refits.
+    pipe = make_pipeline(StandardScaler(copy=False), xgboost.XGBClassifier())
+    assert key(pipe, "xgbclassifier__n_estimators") is None
+    assert key(xgboost.XGBRFClassifier(), "n_estimators") is None
+    assert key(SGDClassifier(), "partial_fit") is None

@@ -202,7 +202,7 @@ def workloads(args: Any) -> dict[str, Workload]:
             X / 16.0,
             y,
             SGDClassifier(random_state=0, tol=None),
-            "partial_fit",
+            getattr(args, "sgd_resource", "partial_fit"),
             "max_iter",
             SGD_DIMS,
             args.sgd_R,
@@ -743,6 +743,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--sgd-R", type=int, default=27)
     parser.add_argument("--xgb-R", type=int, default=27)
     parser.add_argument("--xgb-rows", type=int, default=50_000)
+    parser.add_argument(
+        "--sgd-resource",
+        default="partial_fit",
+        choices=("partial_fit", "max_iter"),
+        help="what dmlsearch's sgd searches count: partial_fit calls (default), or max_iter "
+        "epochs continued with warm_start (scikit-learn's halving counts max_iter)",
+    )
     parser.add_argument(
         "--daskml-python",
         default=None,
