@@ -7,11 +7,8 @@ from scratch (and saying so in ``continued``). It scores every fold, keeps the f
 fold models in the cache for a later promotion, and returns a small
 :class:`RungResult`: the fitted state never goes to the driver.
 
-The cache lives in the worker's process, keyed by worker address (so in-process workers
-sharing this module keep apart) and by ``(run, trial)``. The driver drops a run's
-entries with :func:`drop_states` (``client.run``): the trials the scheduler will not
-continue as the search goes, everything of the run at its end. A worker that dies takes
-its states with it. With a state store (:mod:`dmlsearch._rung_store`) the worker also
+The cache (:mod:`dmlsearch._rung_cache`) lives in the worker's process; the driver drops
+a run's entries with :func:`drop_states` (``client.run``). With a state store (:mod:`dmlsearch._rung_store`) the worker also
 writes a copy of the fold models where every worker can read it, and a step whose state
 is not in its worker's cache continues from that copy (``from_store``); without one (or
 without a valid copy) it refits from scratch.
@@ -21,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import random
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -43,9 +39,10 @@ from ._evaluate import (
     _score,
     _worker_name,
 )
+from ._rung_cache import Held, drop_states, held_states, put, take
 from ._rung_store import StateStore
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
-from ._xgb_matrices import cached_fold_rows, drop_run, fold_rows_key
+from ._xgb_matrices import cached_fold_rows, fold_rows_key
 from .exceptions import TrialTimeoutError
 from .fidelity import TrainStep, train_n_samples, train_param, train_partial_fit
 
@@ -162,51 +159,6 @@ class RungResult(TrialOutcome):
         )
 
 
-@dataclass
-class _Held:
-    resource: int
-    models: list[Any] = field(default_factory=list)
-
-
-_lock = threading.Lock()
-#: worker address -> (run, trial) -> fold models trained to a resource.
-_states: dict[str, dict[tuple[str, int], _Held]] = {}
-
-
-def _take(worker: str, run: str, trial: int) -> _Held | None:
-    with _lock:
-        return _states.get(worker, {}).pop((run, trial), None)
-
-
-def _put(worker: str, run: str, trial: int, held: _Held) -> None:
-    with _lock:
-        _states.setdefault(worker, {})[(run, trial)] = held
-
-
-def drop_states(run: str, trials: list[int] | None = None, dask_worker: Any = None) -> int:
-    """Forget run ``run``'s states of ``trials`` (all of the run's if None) on this worker.
-
-    Called through ``client.run``; returns how many were dropped.
-    """
-    address = str(dask_worker.address) if dask_worker is not None else _worker_name()
-    wanted = None if trials is None else set(trials)
-    with _lock:
-        held = _states.get(address, {})
-        gone = [k for k in held if k[0] == run and (wanted is None or k[1] in wanted)]
-        for key in gone:
-            del held[key]
-    if trials is None:  # the run is over: its folds' matrices and rows go too
-        drop_run(run)
-    return len(gone)
-
-
-def held_states(run: str | None = None, dask_worker: Any = None) -> list[int]:
-    """The trials whose state this worker holds (of ``run``, or of every run)."""
-    address = str(dask_worker.address) if dask_worker is not None else _worker_name()
-    with _lock:
-        return sorted(t for r, t in _states.get(address, {}) if run is None or r == run)
-
-
 def _train_fold(
     context: RungContext,
     state: Any,
@@ -256,7 +208,7 @@ def _split(state: Any, data: SearchData, train: Any, test: Any) -> tuple[Any, ..
     return X_train, y_train, X_test, y_test
 
 
-def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: _Held | None) -> _Step:
+def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: Held | None) -> _Step:
     ev = context.evaluation
     n_samples = _num_samples(data.X)
     out = _Step()
@@ -345,7 +297,7 @@ def run_rung_step(
     stored, copy = False, None
     if state == COMPLETE and context.resource != "n_samples":
         # n_samples refits every step: its models are never continued, so not kept.
-        _put(worker, context.run, spec.trial, _Held(spec.resource, step.models))
+        put(worker, context.run, spec.trial, Held(spec.resource, step.models))
         stored = True
         if context.store is not None:
             t0 = time.perf_counter()
@@ -375,7 +327,7 @@ def run_rung_step(
 
 def _held_state(
     context: RungContext, spec: RungSpec, worker: str
-) -> tuple[_Held | None, bool, float]:
+) -> tuple[Held | None, bool, float]:
     """The trial's state at ``spec.from_resource``: this worker's, else the store's copy.
 
     Returns ``(state or None, whether it came from the store, seconds reading it)``.
@@ -383,7 +335,7 @@ def _held_state(
     if spec.from_resource == 0:
         return None, False, 0.0
     n = len(context.evaluation.splits)
-    held = _take(worker, context.run, spec.trial)
+    held = take(worker, context.run, spec.trial)
     if held is not None and held.resource == spec.from_resource and len(held.models) == n:
         return held, False, 0.0
     if context.store is None or spec.state_copy is None:
@@ -396,7 +348,7 @@ def _held_state(
     seconds = time.perf_counter() - t0
     if models is None or len(models) != n:
         return None, False, seconds
-    return _Held(spec.from_resource, models), True, seconds
+    return Held(spec.from_resource, models), True, seconds
 
 
 def run_rung_steps(

@@ -43,7 +43,7 @@ def forgetful() -> Iterator[Client]:
     needs the state store (or refits), wherever Dask runs it."""
     cluster = local_cluster(2)
     with Client(cluster, set_as_default=False) as client:
-        client.run(setattr, rungs, "_put", _forget)
+        client.run(setattr, rungs, "put", _forget)
         yield client
     cluster.close()
 
