@@ -13,7 +13,8 @@ What is measured
             ``min_child_weight`` log-uniform in [1, 50]; R = 27 rounds.
     Contenders (all draw their candidates at random; seed = the repeat's seed):
       dml-asha   dmlsearch ``SearchCV(scheduler=ASHA(1, R, 3, max_total_resource=B))``,
-                 ``resource="partial_fit"`` (sgd) / ``"n_estimators"`` (xgb), ``cv=3``;
+                 ``resource="partial_fit"`` (sgd; ``"max_iter"`` with ``--sgd-resource
+                 max_iter``) / ``"n_estimators"`` (xgb), ``cv=3``;
       dml-hb     dmlsearch ``SearchCV(scheduler="hyperband", min_resource=1,
                  max_resource=R, reduction_factor=3)``, same resource, ``cv=3``;
       dml-asha-1split  dml-asha on Optuna's held-out split instead of 3 folds
@@ -61,6 +62,8 @@ dask-ml
 Rerun
     python experiments/benchmarks/multifidelity_peers.py           # 5 seeds, both workloads
     python experiments/benchmarks/multifidelity_peers.py --quick   # 2 seeds, R=9, 10k xgb rows
+    python experiments/benchmarks/multifidelity_peers.py --workloads sgd --sgd-resource max_iter
+        # dmlsearch counts sgd epochs as max_iter (warm start), as scikit-learn's halving does
     python experiments/benchmarks/multifidelity_peers.py --daskml-python /tmp/daskml-venv/bin/python
 """
 
