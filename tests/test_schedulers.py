@@ -28,6 +28,7 @@ from dmlsearch.schedulers import (
     Stop,
     SuccessiveHalving,
     asha_keeps,
+    asha_last_promotion,
     assign_brackets,
     hyperband_brackets,
     make_scheduler,
@@ -127,10 +128,15 @@ def _scores(rng: random.Random, nan: bool = True) -> Any:
     return score
 
 
+def _check_promotion_from(history: History, decision: Promote) -> None:
+    """A promotion takes a trial from the rung below, where it stopped."""
+    assert history.last_rung(decision.trial) == decision.rung - 1
+
+
 def _check_promotion(history: History, decision: Promote, eta: int) -> None:
     """A promotion comes from the top floor(n_k / eta) of the trial's rung, at that moment."""
     k = decision.rung - 1
-    assert history.last_rung(decision.trial) == k
+    _check_promotion_from(history, decision)
     scores = {t: s for t, s in history.at_rung(k).items() if not math.isnan(s)}
     assert decision.trial in rank(scores)[: len(scores) // eta]
 
@@ -389,12 +395,44 @@ def test_asha_promotes_at_once_while_others_still_run() -> None:
 def test_asha_waits_only_when_it_cannot_start() -> None:
     asha = ASHA(1, 9, 3, max_trials=2)
     assert asha.propose(History.of({0: [(0, 1, 0.5)]}, running=[1])) is WAIT
-    assert asha.propose(History.of({0: [(0, 1, 0.5)], 1: [(0, 1, 0.1)]})) is DONE
+    # Two results cannot fill a top third, and no trial can start: the best goes on
+    # alone, to the top, then the search is done.
+    two = {0: [(0, 1, 0.5)], 1: [(0, 1, 0.1)]}
+    assert asha.propose(History.of(two)) == Promote(0, 1, 3, 1)
+    assert asha.propose(History.of(two, running=[0])) is WAIT
+    two[0].append((1, 3, 0.6))
+    assert asha.propose(History.of(two)) == Promote(0, 2, 9, 3)
+    two[0].append((2, 9, 0.7))
+    assert asha.propose(History.of(two)) is DONE
     budget = ASHA(1, 9, 3, max_total_resource=4)
     # 3 trials at 1, one promoted to 3 would need 2 more: only a start (1) fits.
     history = History.of({t: [(0, 1, t)] for t in range(3)})
     assert budget.spent(history) == 3
     assert budget.propose(history) == Start(3, 1)
+
+
+def test_asha_takes_its_best_trial_to_the_top_once_no_trial_can_start() -> None:
+    asha = ASHA(1, 27, 3)  # no trial bound: only a closed history stops the starts
+    results = {t: [(0, 1, s)] for t, s in enumerate((0.3, 0.9, 0.5, 0.7, 0.2))}
+    results[1].append((1, 3, 0.8))  # promoted as the top third of five
+    assert asha.propose(History.of(results)) == Start(5, 1)
+    closed = History.of(results, closed=True)
+    # Rung 1 holds one score (quota 0): trial 1 goes on from there, not another trial.
+    assert asha.propose(closed) == Promote(1, 2, 9, 3)
+    failed = History.of(results, failed=[1], closed=True)
+    # Trial 1 failed at rung 1: the best of rung 0 not yet gone on is next.
+    assert asha.propose(failed) == Promote(3, 1, 3, 1)
+    results[1].append((2, 9, 0.85))
+    results[1].append((3, 27, 0.88))
+    assert asha.propose(History.of(results, closed=True)) is DONE  # a trial at the top
+    # The budget left must pay for it.
+    tight = ASHA(1, 27, 3, max_total_resource=6)
+    few = {0: [(0, 1, 0.4)], 1: [(0, 1, 0.6)]}
+    assert tight.propose(History.of(few, closed=True)) == Promote(1, 1, 3, 1)
+    few[1].append((1, 3, 0.7))  # 2 + 2 spent of 6: 6 more rounds would pass it
+    assert tight.propose(History.of(few, closed=True)) is DONE
+    # A snapshot of part of a history keeps it closed.
+    assert History.of(results, closed=True).restrict([0, 1]).closed
 
 
 @settings(max_examples=25, deadline=None)
@@ -418,12 +456,25 @@ def test_asha_invariants(
     assert max_trials is None or len(starts) <= max_trials
     for history, decision in sim.decisions:
         assert asha.spent(history) <= budget
+        full = max_trials is not None and len(history.results) >= max_trials
+        cannot_start = full or budget - asha.spent(history) < asha.resources[0]
         if isinstance(decision, Promote):
-            _check_promotion(history, decision, eta)
+            k = decision.rung - 1
+            scores = {t: v for t, v in history.at_rung(k).items() if not math.isnan(v)}
+            if decision.trial not in rank(scores)[: len(scores) // eta]:
+                # Outside the top third only as the last promotion: nothing runs, nothing
+                # can start, no trial at the top rung, the best of the highest rung left.
+                assert cannot_start and not history.running
+                left = budget - asha.spent(history)
+                assert decision == asha_last_promotion(history, asha.resources, left)
+            _check_promotion_from(history, decision)
         if decision is WAIT or decision is DONE:
             # It never idles a worker while a trial could start.
-            full = max_trials is not None and len(history.results) >= max_trials
-            assert full or budget - asha.spent(history) < asha.resources[0]
+            assert cannot_start
+        if decision is DONE:
+            # It ends with a trial at the top rung unless nothing more could go there.
+            left = budget - asha.spent(history)
+            assert asha_last_promotion(history, asha.resources, left) is None
     assert asha.spent(sim.history()) <= budget
 
 

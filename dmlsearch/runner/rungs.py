@@ -137,7 +137,12 @@ class RungSource(UnitSource[RungSpec, RungResult]):
 
     # -- the scheduler's view ------------------------------------------------------------
     def history(self) -> History:
-        return History.of(self.results, running=self.running, failed=self.failed | self.skipped)
+        return History.of(
+            self.results,
+            running=self.running,
+            failed=self.failed | self.skipped,
+            closed=self._exhausted,
+        )
 
     def take_released(self) -> list[int]:
         """Trials whose state the workers may drop now (each named once)."""

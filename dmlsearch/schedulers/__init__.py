@@ -23,7 +23,7 @@ from ._base import (
     Stop,
     rank,
 )
-from .asha import ASHA, asha_keeps, asha_promotable
+from .asha import ASHA, asha_keeps, asha_last_promotion, asha_promotable
 from .halving import (
     SuccessiveHalving,
     check_schedule,
@@ -59,6 +59,7 @@ __all__ = [
     "Stop",
     "SuccessiveHalving",
     "asha_keeps",
+    "asha_last_promotion",
     "asha_promotable",
     "assign_brackets",
     "check_schedule",

@@ -149,6 +149,8 @@ class History:
     running trial whose last result is at rung ``k`` is running rung ``k + 1``.
     ``failed``: trials whose last step gave no score (an error, a timeout, a cancellation,
     a stop); they are never continued.
+    ``closed``: no new trial can start (the strategy has no more candidates, a grid smaller
+    than the schedule); a scheduler then only promotes.
 
     Build one with :meth:`of`, which copies what it is given, so the caller may go on
     changing its own lists.
@@ -157,6 +159,7 @@ class History:
     results: Mapping[int, tuple[Result, ...]]
     running: frozenset[int] = frozenset()
     failed: frozenset[int] = frozenset()
+    closed: bool = False
     _index: dict[tuple[int, int], float] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -167,6 +170,7 @@ class History:
         results: Mapping[int, Iterable[Any]] | None = None,
         running: Iterable[int] = (),
         failed: Iterable[int] = (),
+        closed: bool = False,
     ) -> History:
         """A snapshot of ``results`` (``{trial: [(rung, resource, score), ...]}``).
 
@@ -186,7 +190,7 @@ class History:
             )
         for trial in sorted(running_set | failed_set):
             data.setdefault(trial, ())
-        return cls(_FrozenMap(dict(sorted(data.items()))), running_set, failed_set)
+        return cls(_FrozenMap(dict(sorted(data.items()))), running_set, failed_set, bool(closed))
 
     def __post_init__(self) -> None:
         # A lookup table built once here, while the snapshot is being made, never later.
@@ -227,6 +231,7 @@ class History:
             _FrozenMap({t: r for t, r in self.results.items() if t in keep}),
             self.running & keep,
             self.failed & keep,
+            self.closed,
         )
 
 

@@ -3,7 +3,9 @@ Hyperparameter Tuning", Algorithm 2).
 
 On a free worker: promote a trial as soon as it is in the top ``1 / eta`` of its rung among
 the results so far (highest rung first); otherwise start a new trial at the smallest
-resource. A worker never idles waiting for a rung to fill.
+resource. A worker never idles waiting for a rung to fill. When no trial can start and
+none runs, a search whose trials all stopped below the top rung takes its best one up
+until one reaches it (:func:`asha_last_promotion`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .halving import (
     rung_resources,
 )
 
-__all__ = ["ASHA", "asha_keeps", "asha_promotable"]
+__all__ = ["ASHA", "asha_keeps", "asha_last_promotion", "asha_promotable"]
 
 
 def asha_promotable(history: History, rung: int, eta: int) -> list[int]:
@@ -33,6 +35,31 @@ def asha_promotable(history: History, rung: int, eta: int) -> list[int]:
     scores = _scored(history, rung)
     top = rank(scores)[: promotion_quota(len(scores), eta)]
     return [t for t in top if not _promoted(history, t, rung)]
+
+
+def asha_last_promotion(
+    history: History, resources: tuple[int, ...], left: float = math.inf
+) -> Promote | None:
+    """The promotion that ends a search no trial of which reached the top rung, or None.
+
+    ASHA promotes the top ``floor(n_k / eta)`` of a rung, none while it holds fewer than
+    ``eta`` scores: a search that can start no more trials (its ``max_trials``, a grid
+    smaller than the schedule, the budget for a new trial spent) could end with its best
+    trial at a low resource. Once nothing runs, the best trial not yet gone on from the
+    highest rung that has one goes up a rung, until a trial reaches the top (within
+    ``left``, the budget left). None where a trial has a top-rung result, or nothing can go.
+    """
+    top = len(resources) - 1
+    if history.at_rung(top):
+        return None
+    for k in range(top - 1, -1, -1):
+        for trial in rank(_scored(history, k)):
+            if _promoted(history, trial, k):
+                continue
+            if resources[k + 1] - resources[k] > left:
+                return None
+            return Promote(trial, k + 1, resources[k + 1], resources[k])
+    return None
 
 
 def asha_keeps(score: float, others: Iterable[float], eta: int) -> bool:
@@ -95,9 +122,13 @@ class ASHA(Scheduler):
             for trial in asha_promotable(history, k, self.reduction_factor):
                 if res[k + 1] - res[k] <= left:
                     return Promote(trial, k + 1, res[k + 1], res[k])
-        if res[0] <= left and (self.max_trials is None or len(history.results) < self.max_trials):
+        more = self.max_trials is None or len(history.results) < self.max_trials
+        if res[0] <= left and more and not history.closed:
             return Start(history.next_trial(), res[0])
-        return WAIT if history.running else DONE
+        if history.running:
+            return WAIT
+        last = asha_last_promotion(history, res, left)
+        return DONE if last is None else last
 
     def finished(self, history: History) -> frozenset[int]:
         top = len(self.resources) - 1
