@@ -17,6 +17,7 @@ from scipy.stats import rankdata
 
 from ._evaluate import TrialOutcome
 from ._rungs import RungResult
+from ._states import COMPLETE
 
 __all__ = [
     "build_cv_results",
@@ -131,20 +132,26 @@ def build_cv_results(
     return results
 
 
-def rank_by_resource(levels: np.ndarray, means: np.ndarray) -> np.ndarray:
-    """Rank 1 is best: rows at a higher resource level first, then by score (NaN last).
+def rank_by_resource(
+    levels: np.ndarray, means: np.ndarray, failed: np.ndarray | None = None
+) -> np.ndarray:
+    """Rank 1 is best: rows at a higher resource level first, then by score.
 
     So that rank 1 is the row ``best_index_`` names (the best at the highest rung reached).
+    Rows without a score (NaN) and rows of ``failed`` steps (scored ``error_score``) come
+    after every scored row, whatever their level: a promotion that failed at the top rung
+    must not make its candidate the best, nor be refitted there.
     """
     n = len(means)
     if n == 0:
         return np.ones(0, dtype=np.int32)
+    bad = np.isnan(means) if failed is None else (np.isnan(means) | failed)
     score_key = np.where(np.isnan(means), np.inf, -means)
-    order = np.lexsort((score_key, -levels))
+    order = np.lexsort((score_key, -levels, bad))
     ranks = np.empty(n, dtype=np.int32)
-    previous: tuple[float, float] | None = None
+    previous: tuple[bool, float, float] | None = None
     for position, i in enumerate(order):
-        key = (float(levels[i]), float(score_key[i]))
+        key = (bool(bad[i]), float(levels[i]), float(score_key[i]))
         if key != previous:
             current = position + 1
             previous = key
@@ -184,8 +191,10 @@ def build_rung_results(
     results["work"] = np.array([s.work for s in steps], dtype=np.float64)
     results["continued"] = np.array([s.continued for s in steps], dtype=bool)
     results["from_store"] = np.array([s.from_store for s in steps], dtype=bool)
+    failed = np.array([s.state != COMPLETE for s in steps], dtype=bool)
     for name in scorer_names:
-        results[f"rank_test_{name}"] = rank_by_resource(levels, results[f"mean_test_{name}"])
+        means = results[f"mean_test_{name}"]
+        results[f"rank_test_{name}"] = rank_by_resource(levels, means, failed)
     return results
 
 

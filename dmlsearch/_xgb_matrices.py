@@ -22,8 +22,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
 
 __all__ = [
     "MAX_MATRICES",
@@ -67,18 +69,16 @@ def _config(model: Any) -> tuple[Any, ...]:
     return (type(model).__qualname__, *values)
 
 
-def _nbytes(value: Any) -> int | None:
-    """Bytes held by an array, sparse matrix or data frame; None if unknown."""
-    if hasattr(value, "memory_usage") and callable(value.memory_usage):
-        try:  # pandas: the DataFrame's or Series' own figure
-            usage = value.memory_usage(deep=False)
-            return int(usage.sum() if hasattr(usage, "sum") else usage)
-        except Exception:
-            return None
-    if hasattr(value, "data") and hasattr(value, "indices") and hasattr(value, "indptr"):
-        return int(value.data.nbytes + value.indices.nbytes + value.indptr.nbytes)
-    size = getattr(value, "nbytes", None)
-    return int(size) if isinstance(size, int) else None
+def _arrays(value: Any) -> list[np.ndarray] | None:
+    """The numpy arrays holding ``value`` (an ndarray, or a scipy sparse matrix's data,
+    indices and indptr); None for anything else, which is never cached: a pandas frame
+    cannot be made read-only, so a caller writing into it would change it unseen."""
+    if type(value) is np.ndarray:
+        return [value]
+    parts = [getattr(value, name, None) for name in ("data", "indices", "indptr")]
+    if all(type(part) is np.ndarray for part in parts) and callable(getattr(value, "tocsr", None)):
+        return parts  # type: ignore[return-value]
+    return None
 
 
 def _rows_budget() -> int:
@@ -89,16 +89,6 @@ def _rows_budget() -> int:
     except (ImportError, ValueError, AttributeError):
         limit = None
     return int(limit * ROWS_SHARE) if limit else _ROWS_WITHOUT_LIMIT
-
-
-def _read_only(value: Any) -> None:
-    # A caller that wrote into cached rows would change them for every later step: make
-    # that an error instead (numpy arrays and scipy.sparse's arrays).
-    for array in (value, getattr(value, "data", None)):
-        flags = getattr(array, "flags", None)
-        if flags is not None and hasattr(flags, "writeable"):
-            with suppress(ValueError):
-                flags.writeable = False
 
 
 def fold_rows_key(resource: str, estimator: Any, key: Hashable) -> Hashable | None:
@@ -121,8 +111,9 @@ def cached_fold_rows(key: Hashable | None, make: Callable[[], tuple[Any, ...]]) 
     """``make()`` (a fold's rows, as a tuple of arrays), kept per ``key`` in this process.
 
     Later calls with the same ``key`` (a search run and a fold) get the same objects, made
-    read-only where they can be, while the rows of every cached fold fit in
-    :data:`ROWS_SHARE` of the worker's memory limit. ``None`` turns the cache off.
+    read-only, while the rows of every cached fold fit in :data:`ROWS_SHARE` of the
+    worker's memory limit. Only numpy arrays and scipy sparse matrices are kept (pandas
+    frames cannot be made read-only). ``None`` turns the cache off.
     """
     if key is None:
         return make()
@@ -133,15 +124,18 @@ def cached_fold_rows(key: Hashable | None, make: Callable[[], tuple[Any, ...]]) 
             _stats["rows_reused"] += 1
             return held[1]
     rows = make()
-    sizes = [_nbytes(part) for part in rows]
-    if any(size is None for part, size in zip(rows, sizes, strict=True) if part is not None):
+    arrays = [_arrays(part) for part in rows if part is not None]
+    if any(a is None for a in arrays):
         return rows
-    size = sum(s or 0 for s in sizes)
+    size = sum(int(array.nbytes) for parts in arrays for array in parts or ())
     budget = _rows_budget()
     if size > budget:
         return rows
-    for part in rows:
-        _read_only(part)
+    # A caller that wrote into cached rows would change them for every later step: make
+    # that an error instead.
+    for parts in arrays:
+        for array in parts or ():
+            array.flags.writeable = False
     with _lock:
         _rows[key] = (size, rows)
         while len(_rows) > MAX_MATRICES or sum(n for n, _ in _rows.values()) > budget:

@@ -623,3 +623,49 @@ def test_fold_rows_are_cached_only_for_bare_xgboost_models() -> None:
     assert key(pipe, "xgbclassifier__n_estimators") is None
     assert key(xgboost.XGBRFClassifier(), "n_estimators") is None
     assert key(SGDClassifier(), "partial_fit") is None
+
+
+def test_only_arrays_that_can_be_made_read_only_are_cached() -> None:
+    import pandas as pd
+    import scipy.sparse as sparse
+
+    from dmlsearch import _xgb_matrices
+
+    calls: list[str] = []
+
+    def make(kind: str) -> Any:
+        def rows() -> tuple[Any, ...]:
+            calls.append(kind)
+            if kind == "frame":
+                return pd.DataFrame(X[:10]), Y[:10]
+            if kind == "csr":
+                return sparse.csr_matrix(X[:10]), Y[:10]
+            return X[:10].copy(), Y[:10].copy()
+
+        return rows
+
+    try:
+        for kind in ("array", "csr", "frame"):
+            first = _xgb_matrices.cached_fold_rows(("ro-run", kind), make(kind))
+            again = _xgb_matrices.cached_fold_rows(("ro-run", kind), make(kind))
+            if kind == "frame":  # a pandas frame cannot be protected: made anew each time
+                assert calls.count(kind) == 2 and again[0] is not first[0]
+                continue
+            assert calls.count(kind) == 1 and again[0] is first[0]
+            parts = [first[0]] if kind == "array" else [first[0].data, first[0].indices]
+            for part in [*parts, first[1]]:
+                with pytest.raises(ValueError, match="read-only"):
+                    part[0] = 0
+    finally:
+        _xgb_matrices.drop_run("ro-run")
+
+
+def test_failed_and_unscored_steps_rank_after_every_scored_row() -> None:
+    from dmlsearch._results import rank_by_resource
+
+    levels = np.array([0, 0, 1, 1, 2])
+    means = np.array([0.5, 0.7, 0.6, np.nan, 0.0])
+    failed = np.array([False, False, False, False, True])  # scored error_score=0.0
+    # The best is the top scored row of the highest level reached by a completed step.
+    assert rank_by_resource(levels, means, failed).tolist() == [3, 2, 1, 5, 4]
+    assert rank_by_resource(levels, means).tolist() == [4, 3, 2, 5, 1]

@@ -211,8 +211,11 @@ def test_a_grid_smaller_than_the_schedule_fills_what_it_can(steady, digits):
     space = {"alpha": [1e-4, 1e-3, 1e-2, 1e-1]}
     search = _search(steady, space=space, strategy="grid", scheduler="halving").fit(X, y)
     _check_rows(search)
-    # Halving schedules 9 trials at 1 epoch; the grid has 4: the best of them goes on.
-    assert search.n_candidates_ == [4, 1] and search.n_resources_ == [1, 3]
+    # Halving schedules 9 trials at 1 epoch; the grid has 4. The 5 it could not start
+    # count in the rung as failed ones do (quota floor(9 / 3) = 3): the schedule above
+    # keeps its sizes, and the best trial reaches the top.
+    assert search.n_candidates_ == [4, 3, 1] and search.n_resources_ == [1, 3, 9]
+    assert search.best_resource_ == 9
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe"])

@@ -134,11 +134,17 @@ def _check_promotion_from(history: History, decision: Promote) -> None:
 
 
 def _check_promotion(history: History, decision: Promote, eta: int) -> None:
-    """A promotion comes from the top floor(n_k / eta) of the trial's rung, at that moment."""
+    """A (synchronous) promotion comes from the top floor(n_k / eta) of the trial's rung at
+    that moment, n_k counting every trial that went into the rung, failed ones too."""
     k = decision.rung - 1
     _check_promotion_from(history, decision)
     scores = {t: s for t, s in history.at_rung(k).items() if not math.isnan(s)}
-    assert decision.trial in rank(scores)[: len(scores) // eta]
+    entered = [
+        t
+        for t in history.results
+        if history.last_rung(t) >= k or (t in history.failed and history.last_rung(t) == k - 1)
+    ]
+    assert decision.trial in rank(scores)[: len(entered) // eta]
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -311,12 +317,16 @@ def test_halving_promotes_exactly_the_top_floor_n_over_eta_in_order() -> None:
     scores = [0.3, 0.9, 0.5, 0.9, 0.1, math.nan, 0.8, 0.2, 0.7]
     results = {t: [(0, 1, s)] for t, s in enumerate(scores)}
     out = _drive(sh, results)
-    # floor(8 scored / 3) = 2, best first, the 0.9 tie broken by trial id.
-    assert out == [Promote(1, 1, 3, 1), Promote(3, 1, 3, 1), WAIT]
+    # floor(9 / 3) = 3 (the nan counts, as scikit-learn counts a failed candidate, and is
+    # never promoted), best first, the 0.9 tie broken by trial id.
+    assert out == [Promote(1, 1, 3, 1), Promote(3, 1, 3, 1), Promote(6, 1, 3, 1), WAIT]
     results = {t: [(0, 1, s)] for t, s in enumerate(scores)}
     results[1].append((1, 3, 0.6))
     results[3].append((1, 3, 0.95))
-    assert _drive(sh, results) == [DONE]  # floor(2 / 3) = 0: nobody reaches rung 2
+    results[6].append((1, 3, 0.7))
+    assert _drive(sh, results) == [Promote(3, 2, 9, 3), WAIT]  # floor(3 / 3) = 1
+    results[3].append((2, 9, 0.97))
+    assert _drive(sh, results) == [DONE]
     assert sh.finished(History.of(results)) == frozenset(range(9))
 
 
