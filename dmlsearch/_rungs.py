@@ -8,10 +8,11 @@ fold models in the cache for a later promotion, and returns a small
 :class:`RungResult`: the fitted state never goes to the driver.
 
 The cache (:mod:`dmlsearch._rung_cache`) lives in the worker's process; the driver drops
-a run's entries with :func:`drop_states` (``client.run``). With a state store (:mod:`dmlsearch._rung_store`) the worker also
-writes a copy of the fold models where every worker can read it, and a step whose state
-is not in its worker's cache continues from that copy (``from_store``); without one (or
-without a valid copy) it refits from scratch.
+a run's entries with :func:`drop_states` (``client.run``). With a state store
+(:mod:`dmlsearch._rung_store`) the worker also writes a copy of the fold models where
+every worker can read it, and a step whose state is not in its worker's cache continues
+from that copy (``from_store``); without one (or without a valid copy) it refits from
+scratch.
 """
 
 from __future__ import annotations

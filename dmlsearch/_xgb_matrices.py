@@ -124,18 +124,22 @@ def cached_fold_rows(key: Hashable | None, make: Callable[[], tuple[Any, ...]]) 
             _stats["rows_reused"] += 1
             return held[1]
     rows = make()
-    arrays = [_arrays(part) for part in rows if part is not None]
-    if any(a is None for a in arrays):
-        return rows
-    size = sum(int(array.nbytes) for parts in arrays for array in parts or ())
+    arrays: list[np.ndarray] = []
+    for part in rows:
+        if part is None:
+            continue
+        held_by = _arrays(part)
+        if held_by is None:
+            return rows
+        arrays += held_by
+    size = sum(int(array.nbytes) for array in arrays)
     budget = _rows_budget()
     if size > budget:
         return rows
     # A caller that wrote into cached rows would change them for every later step: make
     # that an error instead.
-    for parts in arrays:
-        for array in parts or ():
-            array.flags.writeable = False
+    for array in arrays:
+        array.flags.writeable = False
     with _lock:
         _rows[key] = (size, rows)
         while len(_rows) > MAX_MATRICES or sum(n for n, _ in _rows.values()) > budget:
@@ -161,7 +165,8 @@ def drop_run(run: str) -> int:
 
 
 def matrix_stats() -> dict[str, int]:
-    """Training matrices this process built and reused, continuations in place (tests)."""
+    """Training matrices this process built and reused, continuations in place, and fold
+    rows reused (tests)."""
     with _lock:
         return dict(_stats)
 
