@@ -264,6 +264,7 @@ def raises() -> torch.nn.Module:
         ({}, X[:, 0], Y, "model_fn", r"X is 1-D .*reshape\(-1, 1\)"),
         ({}, np.where(X > 1, np.nan, X), Y, "X", "NaN or infinite"),
         ({}, np.where(X > 1, np.inf, X), Y, "X", "NaN or infinite"),
+        ({}, np.where(X > 1, 1e300, X.astype(np.float64)), Y, "X", "beyond float32's range"),
         (
             {"model_fn": lambda: torch.nn.Linear(D, 1), "loss_fn": mse_1d},
             X,
@@ -387,10 +388,12 @@ ESTIMATOR_CASES = [
     (classifier, X, np.array(["a", 1] * (N // 2), dtype=object), "y", "several types"),
     (classifier, X, Y[:10], "y", "64 rows but y has 10"),
     (classifier, np.where(X > 1, np.nan, X), Y, "X", "NaN or infinite"),
+    (classifier, np.where(X > 1, -1e300, X.astype(np.float64)), Y, "X", "beyond float32's range"),
     (classifier, pd.DataFrame(X).assign(city="x"), Y, "X", "non-numeric columns 'city'"),
     (classifier, X.astype(str), Y, "X", "must be numeric"),
     (classifier, X[:, 0], Y, "module", r"X is 1-D"),
     (regressor, X, np.where(YR > 1, np.nan, YR), "y", "NaN or infinite"),
+    (regressor, X, np.where(YR > 1, 1e39, YR.astype(np.float64)), "y", "beyond float32's range"),
     (regressor, X, np.where(Y > 0, "1.5", "x"), "y", "must be numeric"),
     (regressor, X, np.stack([YR, YR], 1), "module", "give the module 2 outputs a row"),
 ]

@@ -125,8 +125,16 @@ def _check_columns(name: str, frame: Any) -> None:
         )
 
 
+#: The largest magnitude a rank's float32 tensors hold; wider floats beyond it become inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def nonfinite(a: np.ndarray) -> int:
-    """How many values of ``a`` are NaN or infinite (0 for integer and bool arrays)."""
+    """How many values of ``a`` are NaN or infinite, or finite but beyond float32's range
+    (a rank trains on float32, where they become infinite); 0 for integer and bool arrays."""
+    if a.dtype.kind == "f" and a.dtype.itemsize > 4:
+        # NaN compares False, so it is counted with the values out of range.
+        return int(a.size - np.count_nonzero(np.abs(a) <= _FLOAT32_MAX))
     if a.dtype.kind not in "fc":
         return 0
     return int(a.size - np.count_nonzero(np.isfinite(a)))
@@ -138,8 +146,9 @@ def check_finite(name: str, a: Any, count: int | None = None) -> None:
     if count:
         raise InvalidParameterError(
             name,
-            f"{name} has {count} NaN or infinite values: the loss and then every weight would "
-            f"become NaN; impute them or drop those rows before fit",
+            f"{name} has {count} NaN or infinite values (or values beyond float32's range, "
+            f"+-{_FLOAT32_MAX:.3g}, which train as infinite): the loss and then every weight "
+            f"would become NaN; impute, scale or drop those rows before fit",
         )
 
 
