@@ -26,6 +26,7 @@ from ._rung_records import RungRows, open_experiment, restore_steps
 from ._rung_store import StateStore, state_store_for
 from ._rungs import RungContext, RungResult, drop_states
 from ._schedule_plan import SchedulePlan, bind_scheduler, plan_schedule
+from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
 from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError
 from .fidelity import train
@@ -100,14 +101,13 @@ def _prepare(search: SearchCV, X: Any, y: Any, groups: Any, seed: int | None = N
 
     ``seed``: the one a resumed experiment ran with (else from ``random_state``).
     """
-    from .search import _resolve_seed
 
     scoring, refit_metric = search._validate()
     space = as_space(search.search_space)
     X, y, groups = indexable(X, y, groups)
     splits = cv_splits(search.cv, X, y, groups, classifier=is_classifier(search.estimator))
     plan, n_trials = plan_schedule(search, splits, y)
-    seed = _resolve_seed(search.random_state) if seed is None else seed
+    seed = resolve_seed(search.random_state) if seed is None else seed
     strategy = make_strategy(search.strategy, space, n_trials, seed)
     evaluation = EvalContext(
         estimator=search.estimator,
@@ -156,10 +156,9 @@ def _run_steps(
     from .runner import WorkLoop
     from .runner.rungs import RungKind, RungSource
     from .runner.units import UnitPolicy
-    from .search import _strategy_name
 
     run = setup.context.run
-    name = f"{_strategy_name(search.strategy)} + {setup.scheduler.name}"
+    name = f"{strategy_name(search.strategy)} + {setup.scheduler.name}"
     reporter = _reporter(search, client, setup, experiment, name)
     source = RungSource(
         setup.scheduler,
@@ -298,9 +297,8 @@ def fit_multifidelity(
     from .progress import make_progress
     from .registry import as_registry
     from .runner import cluster_shape, resolve_client
-    from .search import _PhaseClock
 
-    clock = _PhaseClock()
+    clock = PhaseClock()
     setup = _prepare(search, X, y, groups)
     registry = None if search.registry is None else as_registry(search.registry)
     name = search.experiment_name or f"{type(search.estimator).__name__}-{uuid.uuid4().hex[:8]}"
@@ -374,7 +372,6 @@ def fit_multifidelity(
 
 def _finish(search: SearchCV, rows: RungRows, setup: _Setup) -> None:
     """``cv_results_`` and the other fitted attributes, from the steps recorded."""
-    from .search import check_failures
 
     scoring, refit_metric, plan = setup.scoring, setup.refit_metric, setup.plan
     n_splits = len(setup.splits)

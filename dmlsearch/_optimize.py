@@ -20,9 +20,11 @@ from typing import Any
 
 import dask
 
+from ._experiment import open_experiment
 from ._objective import PRUNED, ObjectiveKind, ObjectiveOutcome, ObjectiveSpec, Trial
 from ._objective_source import ObjectiveSource, as_trial_outcome, record_curve
 from ._pruners import PRUNERS, Pruner, make_pruner
+from ._search_support import resolve_seed
 from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 from .runner.loop import RunStats, WorkLoop
@@ -267,7 +269,6 @@ def optimize(
     from ._optimize_records import optimize_config
     from .registry import as_registry
     from .runner import resolve_client
-    from .search import _resolve_seed
     from .space import as_space
     from .strategies import make_strategy
 
@@ -276,7 +277,7 @@ def optimize(
         scheduler, min_resource, reduction_factor, warmup_steps, min_trials, max_resource, n_trials
     )
     check_run_args(dashboard, trial_timeout, max_retries, resume, registry, experiment_name)
-    seed = _resolve_seed(random_state)
+    seed = resolve_seed(random_state)
     search_space = as_space(space)
     built = make_strategy(strategy, search_space, n_trials, seed)
     store = None if registry is None else as_registry(registry)
@@ -306,7 +307,6 @@ def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
     from ._optimize_records import check_same_run, restore_trials
     from .progress import make_progress
     from .runner import cluster_shape
-    from .search import open_experiment
     from .strategies import make_strategy
 
     seed, strategy = setup.seed, setup.built

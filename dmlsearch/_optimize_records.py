@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._experiment import recorded_params
 from ._objective import ObjectiveOutcome
 from ._pruners import AshaPruner, HyperbandPruner, MedianPruner, Pruner
+from ._search_support import strategy_name
 from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 
@@ -49,7 +51,6 @@ def optimize_config(
     ``search_space_spec`` and ``schedule`` (the pruner with its settings, and the
     direction) are what a resume must not change, as for ``SearchCV``.
     """
-    from .search import _strategy_name
 
     if pruner is None or isinstance(pruner, _BUILT_IN):
         described = repr(pruner)
@@ -61,7 +62,7 @@ def optimize_config(
         "objective_name": objective_name(objective),
         "search_space": repr(space),
         "search_space_spec": search_space.describe(),
-        "strategy": _strategy_name(strategy),
+        "strategy": strategy_name(strategy),
         "scheduler": repr(scheduler),
         "schedule": {"pruner": described, "direction": direction},
         "direction": direction,
@@ -121,7 +122,6 @@ def restore_trials(
     A record this run cannot give the same parameters is refused (the recorder is closed
     with the experiment's earlier status); a record beyond this run's trials is left out.
     """
-    from .search import recorded_params
 
     def refuse(message: str) -> InvalidParameterError:
         recorder.close(previous_status or "interrupted")

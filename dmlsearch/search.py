@@ -12,30 +12,25 @@ import numbers
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
-from sklearn.exceptions import FitFailedWarning
 from sklearn.utils import indexable
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
+from ._experiment import open_experiment, recorded_params
 from ._oof import artifact_sink, memory_sink
-from ._recording import (
-    SearchRecorder,
-    data_fingerprint,
-    input_signature,
-    outcome_from_record,
-    same_params,
-)
+from ._recording import SearchRecorder, data_fingerprint, input_signature, outcome_from_record
 from ._results import build_cv_results
-from ._rung_store import check_state_store
-from ._scoring import Scoring, resolve_scoring
-from ._validation import check_search_params, check_space_names, cv_splits
+from ._scoring import Scoring
+from ._search_checks import validate_search
+from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
+from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
 from .registry import FormatError, Registry, RegistryError, as_registry
@@ -60,23 +55,6 @@ def _estimator_has(attr: str) -> Callable[[SearchCV], bool]:
         return hasattr(self.estimator, attr)
 
     return check
-
-
-def _resolve_seed(random_state: Any) -> int:
-    if random_state is None:
-        return int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise InvalidParameterError("random_state", f"must be >= 0, got {random_state}")
-        return int(random_state)
-    if isinstance(random_state, np.random.RandomState):
-        return int(random_state.randint(0, 2**31 - 1))
-    if isinstance(random_state, np.random.Generator):
-        return int(random_state.integers(0, 2**63 - 1))
-    raise InvalidParameterError(
-        "random_state",
-        f"expected None, an int, a RandomState or a Generator, got {random_state!r}",
-    )
 
 
 class SearchCV(MetaEstimatorMixin, BaseEstimator):
@@ -288,125 +266,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
     # -- validation --------------------------------------------------------------
     def _validate(self) -> tuple[Scoring, str | None]:
-        check_search_params(self)  # estimator class, cv, return_train_score
-        if not hasattr(self.estimator, "fit"):
-            raise InvalidParameterError(
-                "estimator", f"expected an estimator with a fit method, got {self.estimator!r}"
-            )
-        n = self.n_trials
-        if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1):
-            raise InvalidParameterError("n_trials", f"must be an integer >= 1 or None, got {n!r}")
-        m = self.max_concurrent_trials
-        if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
-            raise InvalidParameterError(
-                "max_concurrent_trials", f"must be an integer >= 1 or None, got {m!r}"
-            )
-        for name in ("trial_timeout", "time_budget"):
-            t = getattr(self, name)
-            if t is not None and (
-                isinstance(t, bool)
-                or not isinstance(t, numbers.Real)
-                or not float(t) > 0
-                or not math.isfinite(float(t))
-            ):
-                raise InvalidParameterError(name, f"must be a number of seconds > 0, got {t!r}")
-        if self.time_budget_policy not in ("stop", "finish"):
-            raise InvalidParameterError(
-                "time_budget_policy",
-                f"must be 'stop' or 'finish', got {self.time_budget_policy!r}",
-            )
-        r = self.max_retries
-        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
-            raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {r!r}")
-        if not (
-            self.error_score == "raise"
-            or (
-                isinstance(self.error_score, numbers.Real)
-                and not isinstance(self.error_score, bool)
-            )
-        ):
-            raise InvalidParameterError(
-                "error_score", f"must be 'raise' or a number, got {self.error_score!r}"
-            )
-        if not isinstance(self.dashboard, bool):
-            raise InvalidParameterError(
-                "dashboard", f"must be True or False, got {self.dashboard!r}"
-            )
-        if not isinstance(self.resume, bool):
-            raise InvalidParameterError("resume", f"must be True or False, got {self.resume!r}")
-        if self.experiment_name is not None and (
-            not isinstance(self.experiment_name, str) or not self.experiment_name.strip()
-        ):
-            raise InvalidParameterError(
-                "experiment_name", f"must be a non-empty string, got {self.experiment_name!r}"
-            )
-        if self.resume and (self.registry is None or self.experiment_name is None):
-            raise InvalidParameterError(
-                "resume", "resume=True needs a registry and the experiment_name to continue"
-            )
-        if self.progress is not None and not isinstance(self.progress, bool):
-            raise InvalidParameterError(
-                "progress", f"must be True, False or None, got {self.progress!r}"
-            )
-        scoring = resolve_scoring(self.estimator, self.scoring)
-        refit_metric: str | None
-        if scoring.multimetric:
-            if self.refit is True or (
-                isinstance(self.refit, str) and self.refit not in scoring.names
-            ):
-                raise InvalidParameterError(
-                    "refit",
-                    f"with several scorers, refit must be one of {scoring.names}, a callable "
-                    f"or False; got {self.refit!r}",
-                )
-            refit_metric = self.refit if isinstance(self.refit, str) else None
-        else:
-            # As in scikit-learn, any string means "refit on the one metric".
-            if not (isinstance(self.refit, (bool, str)) or callable(self.refit)):
-                raise InvalidParameterError(
-                    "refit", f"must be True, False, a string or a callable, got {self.refit!r}"
-                )
-            refit_metric = "score"
-        check_state_store(self.state_store)
-        if self.scheduler is None:
-            names = ("resource", "min_resource", "max_resource")
-            unused = [k for k in names if getattr(self, k) is not None]
-            unused += ["reduction_factor"] if self.reduction_factor != 3 else []
-            unused += ["state_store"] if self.state_store != "auto" else []
-            if unused:
-                raise InvalidParameterError(
-                    unused[0],
-                    f"{', '.join(unused)} only apply to a multi-fidelity search: set scheduler "
-                    "('asha', 'hyperband', 'halving' or 'median') or drop them",
-                )
-        self._check_gang()
-        # Unknown parameter names fail here, on the driver, not on a worker after dispatch.
-        check_space_names(self.estimator, as_space(self.search_space))
-        return scoring, refit_metric
-
-    def _check_gang(self) -> None:
-        from .runner.gang_trials import check_data_parallel_refit, check_workers_per_trial
-
-        if self.refit:
-            check_data_parallel_refit(self.estimator)
-        k = check_workers_per_trial(self.workers_per_trial, self.estimator)
-        if k == 1:
-            return
-        if self.scheduler is not None:
-            from .runner.gang_rungs import check_gang_resource
-
-            check_gang_resource(self.resource, k, self.estimator)
-        for param, value, default in (
-            ("keep_oof", self.keep_oof, False),
-            ("trial_timeout", self.trial_timeout, None),
-        ):
-            if value != default:
-                raise InvalidParameterError(
-                    param,
-                    f"{param}={value!r} does not combine with workers_per_trial="
-                    f"{self.workers_per_trial} yet (a gang's collective has its own timeout); "
-                    f"drop it or use workers_per_trial=1",
-                )
+        return validate_search(self)
 
     # -- fit ---------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, *, groups: Any = None, **fit_params: Any) -> SearchCV:
@@ -418,14 +278,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             from ._multifidelity import fit_multifidelity
 
             return fit_multifidelity(self, X, y, groups, fit_params)
-        clock = _PhaseClock()
+        clock = PhaseClock()
         scoring, refit_metric = self._validate()
         space = as_space(self.search_space)
         X, y, groups = indexable(X, y, groups)
         splits = cv_splits(self.cv, X, y, groups, classifier=is_classifier(self.estimator))
         n_splits = len(splits)
         primary = refit_metric or scoring.names[0]
-        seed = _resolve_seed(self.random_state)
+        seed = resolve_seed(self.random_state)
         # Built now so that a bad strategy or space fails before the registry is touched.
         strategy = make_strategy(self.strategy, space, self.n_trials, seed)
 
@@ -476,58 +336,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     )
                     if context.oof is not None:
                         context.oof = artifact_sink(context.oof, registry, recorder.experiment_id)
-                link = getattr(client, "dashboard_link", None)
-                reporter = None
-                if self.dashboard:
-                    from .dashboard import DashboardReporter, page_link
-
-                    reporter = DashboardReporter.attach(
-                        client,
-                        name,
-                        {
-                            "estimator": type(self.estimator).__name__,
-                            "strategy": _strategy_name(self.strategy),
-                            "total": strategy.total,
-                            "n_splits": n_splits,
-                            "metric": primary,
-                            # The scorer's name, as `dmlsearch show` names the metric.
-                            "scoring": self.scoring if isinstance(self.scoring, str) else None,
-                            "resume": self.resume,
-                        },
-                    )
-                if link:
-                    logger.info("dmlsearch: Dask dashboard at %s", link)
-                    progress.message(f"Dask dashboard: {link}")
-                    if reporter is not None:
-                        logger.info("dmlsearch: live page at %s", page_link(link))
-                        progress.message(f"dmlsearch page: {page_link(link)}")
-                runner: DaskRunner | GangTrialRunner
-                if self.workers_per_trial > 1:
-                    from .runner.gang_trials import GangTrialRunner
-
-                    runner = GangTrialRunner(
-                        client,
-                        int(self.workers_per_trial),
-                        time_budget=self.time_budget,
-                        budget_start=clock.start,
-                        progress=progress,
-                        observer=reporter,
-                        name=f"{type(self.estimator).__name__} (gangs of {self.workers_per_trial})",
-                    )
-                else:
-                    runner = DaskRunner(
-                        client,
-                        max_concurrent_trials=self.max_concurrent_trials,
-                        trial_timeout=self.trial_timeout,
-                        time_budget=self.time_budget,
-                        budget_policy=self.time_budget_policy,
-                        budget_start=clock.start,
-                        max_retries=self.max_retries,
-                        progress=progress,
-                        name=f"{type(self.estimator).__name__} ({_strategy_name(self.strategy)})",
-                        observer=reporter,
-                        seeded=self.random_state is not None,
-                    )
+                reporter = self._attach_dashboard(
+                    client, name, strategy, n_splits, primary, progress
+                )
+                runner = self._make_runner(client, clock.start, progress, reporter)
                 clock.lap("setup")
                 try:
                     runner.run(
@@ -575,6 +387,78 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         logger.info("dmlsearch: %s", summary)
         progress.message(summary)
         return self
+
+    def _attach_dashboard(
+        self,
+        client: Any,
+        name: str,
+        strategy: Strategy,
+        n_splits: int,
+        primary: str,
+        progress: Any,
+    ) -> Any:
+        """The ``/dmlsearch`` page's reporter (None with ``dashboard=False``); the links
+        logged and shown."""
+        link = getattr(client, "dashboard_link", None)
+        reporter = None
+        if self.dashboard:
+            from .dashboard import DashboardReporter, page_link
+
+            reporter = DashboardReporter.attach(
+                client,
+                name,
+                {
+                    "estimator": type(self.estimator).__name__,
+                    "strategy": strategy_name(self.strategy),
+                    "total": strategy.total,
+                    "n_splits": n_splits,
+                    "metric": primary,
+                    # The scorer's name, as `dmlsearch show` names the metric.
+                    "scoring": self.scoring if isinstance(self.scoring, str) else None,
+                    "resume": self.resume,
+                },
+            )
+        if link:
+            logger.info("dmlsearch: Dask dashboard at %s", link)
+            progress.message(f"Dask dashboard: {link}")
+            if reporter is not None:
+                logger.info("dmlsearch: live page at %s", page_link(link))
+                progress.message(f"dmlsearch page: {page_link(link)}")
+        return reporter
+
+    def _make_runner(
+        self, client: Any, start: float, progress: Any, reporter: Any
+    ) -> DaskRunner | GangTrialRunner:
+        """The runner of this search's trials: one worker each, or gangs of
+        ``workers_per_trial``."""
+        runner: DaskRunner | GangTrialRunner
+        if self.workers_per_trial > 1:
+            from .runner.gang_trials import GangTrialRunner
+
+            runner = GangTrialRunner(
+                client,
+                int(self.workers_per_trial),
+                time_budget=self.time_budget,
+                budget_start=start,
+                progress=progress,
+                observer=reporter,
+                name=f"{type(self.estimator).__name__} (gangs of {self.workers_per_trial})",
+            )
+        else:
+            runner = DaskRunner(
+                client,
+                max_concurrent_trials=self.max_concurrent_trials,
+                trial_timeout=self.trial_timeout,
+                time_budget=self.time_budget,
+                budget_policy=self.time_budget_policy,
+                budget_start=start,
+                max_retries=self.max_retries,
+                progress=progress,
+                name=f"{type(self.estimator).__name__} ({strategy_name(self.strategy)})",
+                observer=reporter,
+                seeded=self.random_state is not None,
+            )
+        return runner
 
     def _open_recorder(
         self,
@@ -666,7 +550,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         return {
             "estimator": repr(self.estimator),
             "search_space": repr(self.search_space),
-            "strategy": _strategy_name(self.strategy),
+            "strategy": strategy_name(self.strategy),
             "n_trials": self.n_trials,
             "time_budget": self.time_budget,
             "cv": repr(self.cv),
@@ -866,197 +750,3 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def inverse_transform(self, X: Any) -> Any:
         self._check_refit("inverse_transform")
         return self.best_estimator_.inverse_transform(X)
-
-
-#: What a resume must not change, and what the message calls it.
-_RESUME_FIXED = {
-    "estimator_spec": "estimator",
-    "search_space_spec": "search_space",
-    "schedule": "scheduler",  # a multi-fidelity search's (dmlsearch._schedule_plan)
-}
-
-
-def open_experiment(
-    registry: Registry,
-    name: str,
-    config: dict[str, Any],
-    *,
-    resume: bool,
-    owns: bool,
-    metric: str,
-    fingerprint: str,
-    cluster: dict[str, Any],
-    check: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[SearchRecorder, PriorRun | None, str | None]:
-    """Open (or, with ``resume``, reopen) experiment ``name``, its configuration checked.
-
-    Returns the recorder, what an earlier run recorded (None for a new experiment) and
-    the experiment's status before this run (to put back on a refused resume). ``check``
-    may refuse the stored configuration first; ``owns``: close ``registry`` on a refusal.
-    """
-    from .registry import NotFoundError
-
-    previous_status: str | None = None
-    if resume:
-        try:
-            try:
-                existing = registry.store.get_experiment(name)
-            except NotFoundError:
-                raise InvalidParameterError(
-                    "resume",
-                    f"there is no experiment {name!r} in the registry to resume: run it "
-                    "first, or drop resume (resume=False) to start it",
-                ) from None
-            if check is not None:
-                check(existing.config)
-            _check_same_config(name, existing.config, _stored_form(config))
-        except BaseException:
-            if owns:
-                registry.close()
-            raise
-        previous_status = existing.status
-    recorder = SearchRecorder(registry, name, metric=metric, owns_registry=owns)
-    try:
-        prior = recorder.open(
-            resume=resume, config=config, fingerprint=fingerprint, cluster=cluster
-        )
-    except BaseException:
-        if owns:
-            registry.close()
-        raise
-    return recorder, prior, previous_status
-
-
-def recorded_params(
-    record: TrialRecord,
-    strategy: Strategy,
-    space: Any,
-    name: str,
-    refuse: Callable[[str], InvalidParameterError],
-) -> dict[str, Any] | None:
-    """The parameters of recorded trial ``record`` of experiment ``name`` under this run
-    (None: beyond it); ``refuse(message)`` gives the error for a record it cannot match."""
-    if strategy.adaptive:
-        # Model-based trials come back from the registry in their stored (JSON)
-        # form: decode them through the space, so object choices are objects again.
-        try:
-            return dict(space.decode(record.params, _stored_form))
-        except ValueError as exc:
-            raise refuse(
-                f"experiment {name!r} recorded trial {record.number} with "
-                f"{record.params}, which this search_space does not hold ({exc}): "
-                "resume with the same search_space, or start a new experiment "
-                "(another experiment_name)"
-            ) from None
-    # Grid and random trials are pure functions of (seed, number): regenerate
-    # their exact parameters, and refuse a space that gives them others.
-    params = strategy.ask(record.number)
-    if params is not None and not same_params(record.params, params):
-        raise refuse(
-            f"experiment {name!r} recorded trial {record.number} with "
-            f"{record.params}, but this search gives it {params}: resume with the "
-            "same search_space, strategy and random_state, or start a new experiment"
-        )
-    return params
-
-
-def _stored_form(value: Any) -> Any:
-    """How the registry keeps a value: JSON (tuples as lists, objects as repr)."""
-    from .registry.sql import _dumps, _loads
-
-    return _loads(_dumps(value))
-
-
-def check_failures(
-    outcomes: Sequence[TrialOutcome],
-    bad: Sequence[TrialOutcome],
-    what: str,
-    error_score: Any,
-    *,
-    stacklevel: int,
-) -> None:
-    """AllTrialsFailedError when no outcome has a score; a FitFailedWarning naming the
-    first error when some (``bad``) failed. ``what``: "trials" or "rung steps"."""
-    if all(not fold for t in outcomes for fold in t.test_scores):
-        first = (bad or outcomes)[0]
-        raise AllTrialsFailedError(
-            f"all {len(outcomes)} {what} failed. The first error was:\n{first.error}"
-        )
-    if bad:
-        warnings.warn(
-            f"{len(bad)} of the {len(outcomes)} {what} failed and scored "
-            f"error_score={error_score!r}. The first error was:\n{bad[0].error}",
-            FitFailedWarning,
-            stacklevel=stacklevel,
-        )
-
-
-def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any]) -> None:
-    """Refuse to resume experiment ``name`` with another estimator or search space."""
-    changed, labels = [], []
-    for key, label in _RESUME_FIXED.items():
-        if key not in stored:  # recorded before the snapshot held it
-            continue
-        diffs = _differences(stored[key], current.get(key), label)
-        if diffs:
-            shown = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
-            changed.append(f"the {label} changed ({shown})")
-            labels.append(label)
-    if changed:
-        raise InvalidParameterError(
-            "resume",
-            f"cannot resume experiment {name!r}: {' and '.join(changed)}. Resume with the "
-            f"same {' and '.join(labels)} it ran with, or start a new experiment (another "
-            "experiment_name)",
-        )
-
-
-def _differences(old: Any, new: Any, path: str) -> list[str]:
-    """Where two JSON-like values differ, as ``path: old -> new`` lines."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in [*old, *(k for k in new if k not in old)]:
-            if key not in new:
-                out.append(f"{path}.{key} removed")
-            elif key not in old:
-                out.append(f"{path}.{key} added")
-            else:
-                out.extend(_differences(old[key], new[key], f"{path}.{key}"))
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        out = []
-        for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            out.extend(_differences(a, b, f"{path}[{i}]"))
-        return out
-    if old == new or (
-        isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new)
-    ):
-        return []
-    return [f"{path}: {_short(old)} -> {_short(new)}"]
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class _PhaseClock:
-    """Seconds per phase of ``fit``, measured back to back."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self._last = self.start
-        self.laps: dict[str, float] = {}
-
-    def lap(self, phase: str) -> None:
-        now = time.monotonic()
-        self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
-        self._last = now
-
-    def summary(self) -> str:
-        parts = ", ".join(f"{k} {v:.1f} s" for k, v in self.laps.items())
-        return f"fit took {self._last - self.start:.1f} s ({parts})"
-
-
-def _strategy_name(strategy: Any) -> str:
-    return strategy if isinstance(strategy, str) else type(strategy).__name__

@@ -1,0 +1,169 @@
+"""Opening a search's experiment in the registry, and resuming a recorded one.
+
+What ``SearchCV``, the multi-fidelity search and :func:`dmlsearch.optimize` share: a
+resume must run the same estimator, search space and schedule, and gets back the exact
+parameters of every recorded trial (regenerated, or decoded from their stored form).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._recording import SearchRecorder, same_params
+from .exceptions import InvalidParameterError
+
+if TYPE_CHECKING:
+    from ._recording import PriorRun
+    from .registry import Registry, TrialRecord
+    from .strategies import Strategy
+
+__all__ = ["open_experiment", "recorded_params"]
+
+
+_RESUME_FIXED = {
+    "estimator_spec": "estimator",
+    "search_space_spec": "search_space",
+    "schedule": "scheduler",  # a multi-fidelity search's (dmlsearch._schedule_plan)
+}
+
+
+def open_experiment(
+    registry: Registry,
+    name: str,
+    config: dict[str, Any],
+    *,
+    resume: bool,
+    owns: bool,
+    metric: str,
+    fingerprint: str,
+    cluster: dict[str, Any],
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[SearchRecorder, PriorRun | None, str | None]:
+    """Open (or, with ``resume``, reopen) experiment ``name``, its configuration checked.
+
+    Returns the recorder, what an earlier run recorded (None for a new experiment) and
+    the experiment's status before this run (to put back on a refused resume). ``check``
+    may refuse the stored configuration first; ``owns``: close ``registry`` on a refusal.
+    """
+    from .registry import NotFoundError
+
+    previous_status: str | None = None
+    if resume:
+        try:
+            try:
+                existing = registry.store.get_experiment(name)
+            except NotFoundError:
+                raise InvalidParameterError(
+                    "resume",
+                    f"there is no experiment {name!r} in the registry to resume: run it "
+                    "first, or drop resume (resume=False) to start it",
+                ) from None
+            if check is not None:
+                check(existing.config)
+            _check_same_config(name, existing.config, _stored_form(config))
+        except BaseException:
+            if owns:
+                registry.close()
+            raise
+        previous_status = existing.status
+    recorder = SearchRecorder(registry, name, metric=metric, owns_registry=owns)
+    try:
+        prior = recorder.open(
+            resume=resume, config=config, fingerprint=fingerprint, cluster=cluster
+        )
+    except BaseException:
+        if owns:
+            registry.close()
+        raise
+    return recorder, prior, previous_status
+
+
+def recorded_params(
+    record: TrialRecord,
+    strategy: Strategy,
+    space: Any,
+    name: str,
+    refuse: Callable[[str], InvalidParameterError],
+) -> dict[str, Any] | None:
+    """The parameters of recorded trial ``record`` of experiment ``name`` under this run
+    (None: beyond it); ``refuse(message)`` gives the error for a record it cannot match."""
+    if strategy.adaptive:
+        # Model-based trials come back from the registry in their stored (JSON)
+        # form: decode them through the space, so object choices are objects again.
+        try:
+            return dict(space.decode(record.params, _stored_form))
+        except ValueError as exc:
+            raise refuse(
+                f"experiment {name!r} recorded trial {record.number} with "
+                f"{record.params}, which this search_space does not hold ({exc}): "
+                "resume with the same search_space, or start a new experiment "
+                "(another experiment_name)"
+            ) from None
+    # Grid and random trials are pure functions of (seed, number): regenerate
+    # their exact parameters, and refuse a space that gives them others.
+    params = strategy.ask(record.number)
+    if params is not None and not same_params(record.params, params):
+        raise refuse(
+            f"experiment {name!r} recorded trial {record.number} with "
+            f"{record.params}, but this search gives it {params}: resume with the "
+            "same search_space, strategy and random_state, or start a new experiment"
+        )
+    return params
+
+
+def _stored_form(value: Any) -> Any:
+    """How the registry keeps a value: JSON (tuples as lists, objects as repr)."""
+    from .registry.sql import _dumps, _loads
+
+    return _loads(_dumps(value))
+
+
+def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to resume experiment ``name`` with another estimator or search space."""
+    changed, labels = [], []
+    for key, label in _RESUME_FIXED.items():
+        if key not in stored:  # recorded before the snapshot held it
+            continue
+        diffs = _differences(stored[key], current.get(key), label)
+        if diffs:
+            shown = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
+            changed.append(f"the {label} changed ({shown})")
+            labels.append(label)
+    if changed:
+        raise InvalidParameterError(
+            "resume",
+            f"cannot resume experiment {name!r}: {' and '.join(changed)}. Resume with the "
+            f"same {' and '.join(labels)} it ran with, or start a new experiment (another "
+            "experiment_name)",
+        )
+
+
+def _differences(old: Any, new: Any, path: str) -> list[str]:
+    """Where two JSON-like values differ, as ``path: old -> new`` lines."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            if key not in new:
+                out.append(f"{path}.{key} removed")
+            elif key not in old:
+                out.append(f"{path}.{key} added")
+            else:
+                out.extend(_differences(old[key], new[key], f"{path}.{key}"))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            out.extend(_differences(a, b, f"{path}[{i}]"))
+        return out
+    if old == new or (
+        isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new)
+    ):
+        return []
+    return [f"{path}: {_short(old)} -> {_short(new)}"]
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

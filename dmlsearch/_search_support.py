@@ -1,0 +1,83 @@
+"""Small pieces every search front shares: its seed, the names it logs, its phase clock,
+and the verdict on failed trials."""
+
+from __future__ import annotations
+
+import numbers
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sklearn.exceptions import FitFailedWarning
+
+from ._evaluate import TrialOutcome
+from .exceptions import AllTrialsFailedError, InvalidParameterError
+
+__all__ = ["PhaseClock", "check_failures", "resolve_seed", "strategy_name"]
+
+
+def resolve_seed(random_state: Any) -> int:
+    """The search's seed from ``random_state`` (drawn at random for None)."""
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise InvalidParameterError("random_state", f"must be >= 0, got {random_state}")
+        return int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**63 - 1))
+    raise InvalidParameterError(
+        "random_state",
+        f"expected None, an int, a RandomState or a Generator, got {random_state!r}",
+    )
+
+
+def check_failures(
+    outcomes: Sequence[TrialOutcome],
+    bad: Sequence[TrialOutcome],
+    what: str,
+    error_score: Any,
+    *,
+    stacklevel: int,
+) -> None:
+    """AllTrialsFailedError when no outcome has a score; a FitFailedWarning naming the
+    first error when some (``bad``) failed. ``what``: "trials" or "rung steps"."""
+    if all(not fold for t in outcomes for fold in t.test_scores):
+        first = (bad or outcomes)[0]
+        raise AllTrialsFailedError(
+            f"all {len(outcomes)} {what} failed. The first error was:\n{first.error}"
+        )
+    if bad:
+        warnings.warn(
+            f"{len(bad)} of the {len(outcomes)} {what} failed and scored "
+            f"error_score={error_score!r}. The first error was:\n{bad[0].error}",
+            FitFailedWarning,
+            stacklevel=stacklevel,
+        )
+
+
+class PhaseClock:
+    """Seconds per phase of ``fit``, measured back to back."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self._last = self.start
+        self.laps: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in self.laps.items())
+        return f"fit took {self._last - self.start:.1f} s ({parts})"
+
+
+def strategy_name(strategy: Any) -> str:
+    """A strategy as the logs and the dashboard name it."""
+    return strategy if isinstance(strategy, str) else type(strategy).__name__
