@@ -360,6 +360,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 if reporter is not None:
                     reporter.experiment_finished("complete")
                 self.runner_stats_ = runner.stats
+                # The rows and classes the out-of-fold predictions hold (EnsembleSelection
+                # checks its data against them).
+                self._oof_sink = context.oof
                 clock.lap("search")
         except BaseException as exc:
             if recorder is not None:

@@ -252,8 +252,14 @@ def test_bad_inputs_fail_before_any_work(client, iris, tree_search):
         EnsembleSelection(plain).fit(X, y)
     with pytest.raises(InvalidParameterError, match="rows"):
         EnsembleSelection(tree_search).fit(X[:100], y[:100])
-    with pytest.raises(InvalidParameterError, match="has 2 classes"):
+    with pytest.raises(InvalidParameterError, match=r"\['versicolor', 'virginica'\] but the"):
         EnsembleSelection(tree_search).fit(X, np.where(y == "setosa", "versicolor", y))
+    # Other labels for the same three classes: the members would learn the wrong ones.
+    relabelled = np.array(["cat", "dog", "emu"])[np.unique(y, return_inverse=True)[1]]
+    with pytest.raises(InvalidParameterError, match=r"has classes \['cat'"):
+        EnsembleSelection(tree_search).fit(X, relabelled)
+    with pytest.raises(InvalidParameterError, match="sample_weight"):
+        EnsembleSelection(tree_search).fit(X, y, sample_weight=np.ones(len(y) - 1))
     with pytest.raises(InvalidParameterError, match="registry"):
         EnsembleSelection("some-experiment").fit(X, y)
 
@@ -326,3 +332,24 @@ def test_selection_on_log_loss_scores_exact_probabilities(tree_search, iris):
         ens.fit(X, y)
     assert ens.oof_score_ >= max(ens.single_scores_.values())
     assert ens.score(X, y) == pytest.approx(-log_loss(y, ens.predict_proba(X)))
+
+
+def test_members_are_refitted_with_the_searchs_sample_weight(client, iris):
+    X, y = iris
+    weights = np.where(y == "virginica", 10.0, 0.1)
+    search = SearchCV(
+        LogisticRegression(max_iter=1000),
+        {"C": [0.01, 1.0]},
+        strategy="grid",
+        cv=CV,
+        client=client,
+        keep_oof=True,
+    ).fit(X, y, sample_weight=weights)
+    ens = EnsembleSelection(search, ensemble_size=3, n_init=1, random_state=0)
+    ens.fit(X, y, sample_weight=weights)
+    for number, member in zip(ens.members_, ens.estimators_, strict=True):
+        params = search.trials_[number].params
+        weighted = LogisticRegression(max_iter=1000, **params).fit(X, y, sample_weight=weights)
+        np.testing.assert_allclose(member.coef_, weighted.coef_, rtol=1e-6)
+    unweighted = LogisticRegression(max_iter=1000, **search.trials_[ens.members_[0]].params)
+    assert not np.allclose(ens.estimators_[0].coef_, unweighted.fit(X, y).coef_, rtol=1e-3)

@@ -15,8 +15,11 @@ from sklearn.base import clone
 from sklearn.datasets import load_diabetes, load_iris, make_classification
 from sklearn.ensemble import StackingClassifier as SkStackingClassifier
 from sklearn.ensemble import StackingRegressor as SkStackingRegressor
+from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -184,6 +187,28 @@ def test_folds_that_are_not_a_partition_are_refused(iris):
     stack = StackingClassifier(base_classifiers(), cv=splits, client="tcp://127.0.0.1:1")
     with pytest.raises(InvalidParameterError, match="exactly once"):
         stack.fit(X, y)
+
+
+def test_nan_reaches_members_that_impute_and_is_refused_for_those_that_cannot(client, iris):
+    X, y = iris
+    X = X.copy()
+    X[::7, 1] = np.nan
+    imputing = make_pipeline(SimpleImputer(), LogisticRegression(max_iter=1000))
+    ours = StackingClassifier([("p", imputing)], cv=3, client=client).fit(X, y)
+    theirs = SkStackingClassifier([("p", imputing)], cv=3).fit(X, y)
+    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=1e-8)
+    with pytest.raises(ValueError, match="NaN"):
+        StackingClassifier([("lr", LogisticRegression())], cv=3, client="tcp://127.0.0.1:1").fit(
+            X, y
+        )
+
+
+def test_sample_weight_for_an_estimator_without_it_is_refused_before_any_work(iris):
+    X, y = iris
+    ests = [("lr", LogisticRegression()), ("knn", KNeighborsClassifier())]
+    stack = StackingClassifier(ests, cv=3, client="tcp://127.0.0.1:1")
+    with pytest.raises(InvalidParameterError, match=r"estimator 'knn' \(KNeighbors"):
+        stack.fit(X, y, sample_weight=np.ones(len(y)))
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -88,6 +88,25 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
         assert not hasattr(search, "trials_")
 
 
+def test_inputs_a_gang_cannot_split_as_they_are_are_refused_before_any_work(client, data):
+    import pandas as pd
+    import scipy.sparse
+
+    X, y = data
+    frame = pd.DataFrame(X).assign(city=pd.Categorical(np.where(y > 0, "r", "s")))
+    cases = [
+        (scipy.sparse.csr_matrix(X), r"sparse matrix: pass X.toarray\(\)"),
+        (frame, r"columns 'city' \(category\)"),
+        (X.astype(str), "dtype <U"),
+    ]
+    for X_bad, text in cases:
+        xgb = xgboost.XGBClassifier(n_estimators=2, enable_categorical=True)
+        search = SearchCV(xgb, {"max_depth": [2]}, cv=2, client=client, workers_per_trial=2)
+        with pytest.raises(InvalidParameterError, match=text):
+            search.fit(X_bad, y)
+        assert not hasattr(search, "trials_")
+
+
 def _pid(dask_worker=None) -> int:  # run on a worker by client.run
     return os.getpid()
 

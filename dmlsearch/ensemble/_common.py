@@ -9,7 +9,15 @@ import numpy as np
 
 from ..exceptions import InvalidParameterError
 
-__all__ = ["ClientParam", "check_bool", "check_estimator", "entropy_of", "sample_weight_of"]
+__all__ = [
+    "ClientParam",
+    "check_bool",
+    "check_estimator",
+    "check_takes_sample_weight",
+    "entropy_of",
+    "nan_allowed",
+    "sample_weight_of",
+]
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -27,6 +35,38 @@ def check_estimator(
             name,
             f"expected a scikit-learn estimator with {' and '.join(methods)}, got "
             f"{type(estimator).__name__} (missing {', '.join(missing)})",
+        )
+
+
+def nan_allowed(estimator: Any) -> bool:
+    """Whether ``estimator`` may be given NaN in ``X``, as far as the driver can tell.
+
+    Its tags for a plain estimator. A Pipeline's tags say False even when its first step
+    imputes, so a Pipeline asks its first step, and other composites (a ColumnTransformer,
+    a FeatureUnion) count as allowing it: their members decide on the workers, as in
+    scikit-learn's ensembles, which never check for NaN themselves.
+    """
+    from sklearn.utils import get_tags
+
+    steps = getattr(estimator, "steps", None)
+    if isinstance(steps, list) and steps:
+        first = next((s for _, s in steps if s is not None and s != "passthrough"), None)
+        return first is None or nan_allowed(first)
+    if hasattr(estimator, "transformers") or hasattr(estimator, "transformer_list"):
+        return True
+    return bool(get_tags(estimator).input_tags.allow_nan)
+
+
+def check_takes_sample_weight(name: str, estimator: Any) -> None:
+    """InvalidParameterError, before any work, if ``estimator.fit`` takes no
+    ``sample_weight`` (scikit-learn's ensembles raise a TypeError then)."""
+    from sklearn.utils.validation import has_fit_parameter
+
+    if not has_fit_parameter(estimator, "sample_weight"):
+        raise InvalidParameterError(
+            "sample_weight",
+            f"{name} ({type(estimator).__name__}) does not take sample_weight in fit: drop "
+            "sample_weight, or that estimator",
         )
 
 

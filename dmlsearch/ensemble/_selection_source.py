@@ -95,11 +95,14 @@ def library_of(search: Any, registry: Any, max_candidates: int) -> Library:
     scoring = search.scoring
     if search.multimetric_ and isinstance(search.refit, str):
         scoring = scoring[search.refit] if isinstance(scoring, dict) else search.refit
+    sink = getattr(search, "_oof_sink", None)  # None from a search fitted before it was kept
     return Library(
         search.estimator,
         is_classifier(search.estimator),
         _best(candidates, max_candidates, "the search"),
         scoring,
+        classes=getattr(sink, "classes", None),
+        n_samples=getattr(sink, "n_samples", None),
         client=search.client,
     )
 

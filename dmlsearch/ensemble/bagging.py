@@ -25,7 +25,14 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
-from ._common import ClientParam, check_bool, check_estimator, entropy_of, sample_weight_of
+from ._common import (
+    ClientParam,
+    check_bool,
+    check_estimator,
+    entropy_of,
+    nan_allowed,
+    sample_weight_of,
+)
 from ._members import BagKind, BagSpec, MemberData, draw_member, member_seed
 from ._predict import summed_predictions
 from ._run import member_policy, run_members
@@ -89,7 +96,7 @@ class _BaseBagging(ClientParam, BaseEstimator):
         tags = super().__sklearn_tags__()
         base = get_tags(self._base())
         tags.input_tags.sparse = base.input_tags.sparse
-        tags.input_tags.allow_nan = base.input_tags.allow_nan
+        tags.input_tags.allow_nan = nan_allowed(self._base())
         return tags
 
     def _check_params(self) -> None:

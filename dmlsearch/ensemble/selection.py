@@ -26,7 +26,7 @@ from .._scoring import resolve_scoring
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
-from ._common import ClientParam, entropy_of
+from ._common import ClientParam, check_takes_sample_weight, entropy_of, sample_weight_of
 from ._members import FULL, MAX_INT, MemberData, StackKind, StackSpec, member_seed
 from ._run import member_policy, run_members
 from ._selection_algo import diversity, ensemble_selection
@@ -252,16 +252,22 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         return size, n_init, _positive_int("max_candidates", self.max_candidates)
 
     # -- fit ---------------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any) -> EnsembleSelection:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> EnsembleSelection:
         """Select members from the search's out-of-fold predictions and refit them on ``X``.
 
-        ``X`` and ``y`` must be the data the search was fitted on (same rows, same order).
+        ``X`` and ``y`` must be the data the search was fitted on (same rows, same order);
+        ``sample_weight``, the weights it was fitted with (the members are refitted with
+        them; the selection scores the out-of-fold predictions unweighted, as the search
+        scored its folds).
         """
         size, n_init, max_candidates = self._check_params()
         library = library_of(self.search, self.registry, max_candidates)
         X, y = indexable(X, y)
         y = np.asarray(y)
         classes = self._check_y(library, y, _num_samples(X))
+        sw = sample_weight_of(sample_weight, _num_samples(X))
+        if sw is not None:
+            check_takes_sample_weight("the search's estimator", library.estimator)
         scorer = self._scorer(library)
         entropy = None if self.random_state is None else entropy_of(self.random_state)
         client = self.client if self.client is not None else library.client
@@ -275,7 +281,7 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
             chosen = np.flatnonzero(selection.counts)
             chosen = chosen[np.argsort(-selection.counts[chosen], kind="stable")]
             candidates = [library.candidates[i] for i in chosen]
-            self.estimators_ = self._refit(library, candidates, X, y, entropy, c)
+            self.estimators_ = self._refit(library, candidates, MemberData(X, y, sw), entropy, c)
         self.classes_ = classes
         self.members_ = [c.number for c in candidates]
         self.weights_ = selection.counts[chosen] / selection.counts.sum()
@@ -366,8 +372,7 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         self,
         library: Library,
         candidates: list[Any],
-        X: Any,
-        y: np.ndarray,
+        data: MemberData,
         entropy: int | None,
         client: Any,
     ) -> list[Any]:
@@ -386,7 +391,7 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
 
         results, self.runner_stats_ = run_members(
             client,
-            StackKind(MemberData(X, y), spec, member_policy()),
+            StackKind(data, spec, member_policy()),
             units,
             describe,
             "EnsembleSelection.fit",

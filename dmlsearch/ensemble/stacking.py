@@ -41,7 +41,14 @@ from sklearn.utils.validation import (
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
-from ._common import ClientParam, check_bool, check_estimator, sample_weight_of
+from ._common import (
+    ClientParam,
+    check_bool,
+    check_estimator,
+    check_takes_sample_weight,
+    nan_allowed,
+    sample_weight_of,
+)
 from ._members import FULL, MemberData, StackKind, StackSpec
 from ._run import member_policy, run_members
 
@@ -106,9 +113,7 @@ class _BaseStacking(ClientParam, BaseEstimator):
         tags = super().__sklearn_tags__()
         named = [e for _, e in self._named() if not (isinstance(e, str) and e == "drop")]
         try:
-            tags.input_tags.allow_nan = bool(named) and all(
-                get_tags(e).input_tags.allow_nan for e in named
-            )
+            tags.input_tags.allow_nan = bool(named) and all(nan_allowed(e) for e in named)
             tags.input_tags.sparse = bool(named) and all(
                 get_tags(e).input_tags.sparse for e in named
             )
@@ -192,6 +197,11 @@ class _BaseStacking(ClientParam, BaseEstimator):
         y_fit = self._prepare_y(y)
         n_samples = _num_samples(X)
         sw = sample_weight_of(sample_weight, n_samples)
+        if sw is not None:
+            for name, est in zip(names, ests, strict=True):
+                if not (isinstance(est, str) and est == "drop"):
+                    check_takes_sample_weight(f"estimator {name!r}", est)
+            check_takes_sample_weight("final_estimator", final)
         methods = self._methods(names, ests)
 
         cv = copy.deepcopy(check_cv(self.cv, y_fit, classifier=is_classifier(self)))

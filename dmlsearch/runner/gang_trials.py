@@ -130,6 +130,41 @@ def check_data_parallel_refit(estimator: Any) -> None:
         check_data_parallel(estimator)
 
 
+def _check_gang_parts(X: Any) -> None:
+    """InvalidParameterError for an ``X`` that :func:`_parts` cannot split into dense
+    NumPy parts as it is: a sparse matrix, or text and categorical columns (their dtype
+    would be lost, and xgboost fail on a worker or train on codes as numbers)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    hint = "or use workers_per_trial=1, which takes it as it is"
+    if hasattr(X, "tocsr"):
+        raise InvalidParameterError(
+            "X",
+            "workers_per_trial > 1 splits X into dense parts on the gang's workers, and X "
+            f"is a scipy sparse matrix: pass X.toarray() if it fits in memory, {hint}",
+        )
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is not None and getattr(X, "ndim", 0) == 2:
+        bad = {
+            str(c): str(d)
+            for c, d in dtypes.items()
+            if not (is_numeric_dtype(d) or is_bool_dtype(d)) or str(d) == "category"
+        }
+        if bad:
+            shown = ", ".join(f"{c!r} ({d})" for c, d in list(bad.items())[:5])
+            raise InvalidParameterError(
+                "X",
+                f"workers_per_trial > 1 splits X into NumPy parts, which would lose the "
+                f"dtype of columns {shown}: encode them as numbers, {hint}",
+            )
+    elif np.asarray(X).dtype.kind not in "biuf":
+        raise InvalidParameterError(
+            "X",
+            f"workers_per_trial > 1 trains on numbers, and X has dtype "
+            f"{np.asarray(X).dtype}: encode it as numbers, {hint}",
+        )
+
+
 def _parts(client: Client, workers: list[str], X: Any, y: Any) -> tuple[Any, Any]:
     """``X`` and ``y`` as Dask arrays with one contiguous, non-empty part on each worker."""
     import dask.array as da
@@ -324,6 +359,8 @@ class GangTrialRunner:
             from ..training._gang_fold import check_X
 
             check_X(data.X)
+        else:
+            _check_gang_parts(data.X)
 
     def _check_cluster(self) -> int:
         n_workers = len(alive_workers(self.client))
