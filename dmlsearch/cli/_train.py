@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
-from ._jobs import JOB_KIND, is_training_job, job_versions
-from .cli import _cell, _console, _echo_json, _fail, _table
+from .._jobs import JOB_KIND, is_training_job, job_versions
+from ._common import _cell, _console, _echo_json, _fail, _table
 
 __all__ = ["is_training_job", "run_training_job", "show_training_job"]
 
@@ -40,8 +40,8 @@ def run_training_job(
 ) -> None:
     """Train as the file's ``train:`` section says (``resume``: the rest of the job, from
     its last checkpoint); print the epochs and the version."""
-    from .config import run_training
-    from .exceptions import JobCompleteError
+    from ..config import run_training
+    from ..exceptions import JobCompleteError
 
     start = time.perf_counter()
     try:

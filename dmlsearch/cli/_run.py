@@ -1,0 +1,144 @@
+"""What ``dmlsearch run`` and ``dmlsearch resume`` do: run a file's search (or hand a
+training job to :mod:`._train`) and print its summary, ensembles included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ._common import _console, _deleted, _echo_json, _probe_registry, _registry_url
+
+
+def _run(
+    file: Path,
+    overrides: list[str] | None,
+    registry: str | None,
+    *,
+    resume: bool,
+    progress: bool,
+    json_: bool,
+    overwrite: bool = False,
+) -> None:
+    import time
+
+    from ..config import load_config, run_experiment
+
+    cfg = load_config(file, overrides or ())
+    if registry is not None:
+        registry = _registry_url(registry)
+    _probe_registry(registry or _registry_url(cfg.registry.url, "registry.url"))
+
+    def replaced(summary: dict[str, Any]) -> None:
+        typer.echo(f"deleted the previous experiment {cfg.name!r} ({_deleted(summary)})", err=True)
+
+    if cfg.train is not None:
+        from ._train import run_training_job
+
+        run_training_job(
+            cfg,
+            registry,
+            resume=resume,
+            progress=progress,
+            json_=json_,
+            overwrite=overwrite,
+            on_overwrite=replaced,
+        )
+        return
+
+    ensembles: list[dict[str, Any]] = []
+
+    def selected(selection: Any, record: Any) -> None:
+        ensembles.append(_ensemble_row(record, selection.oof_score_))
+
+    start = time.perf_counter()
+    search = run_experiment(
+        cfg,
+        resume=resume,
+        progress=progress,
+        registry_url=registry,
+        overwrite=overwrite,
+        on_overwrite=replaced,
+        on_ensemble=selected,
+    )
+    result = _result(search, time.perf_counter() - start)
+    result["ensembles"] = ensembles
+    if json_:
+        _echo_json(result)
+        return
+    console = _console()
+    console.print(
+        f"[bold]{result['experiment']}[/bold]: {result['n_trials']} trials "
+        f"({result['failed']} failed) in {result['elapsed']:.1f}s"
+    )
+    if result["best_score"] is not None:
+        console.print(
+            f"best {result['metric']}: [bold]{result['best_score']:.4f}[/bold] "
+            f"(trial {result['best_trial']})"
+        )
+        console.print(f"best params: {result['best_params']}")
+    if result["model"] is not None:
+        console.print(
+            f"registered model {result['model']['name']} v{result['model']['version']}; "
+            f"`dmlsearch show {result['experiment']}` for the leaderboard"
+        )
+    for ens in ensembles:
+        console.print(_ensemble_line(ens))
+
+
+def _ensemble_row(record: Any, oof_score: float | None = None) -> dict[str, Any]:
+    """An ensemble version as ``run --json`` and ``show --json`` give it."""
+    score = record.metrics.get("oof_score") if oof_score is None else oof_score
+    return {
+        "name": record.model,
+        "version": record.version,
+        "members": list(record.lineage.get("members", [])),
+        "weights": list(record.lineage.get("weights", [])),
+        "trials": list(record.lineage.get("trials", [])),
+        "oof_score": score,
+    }
+
+
+def _ensemble_line(ens: dict[str, Any]) -> str:
+    trials = ", ".join(f"{t}:{w:.2f}" for t, w in zip(ens["trials"], ens["weights"], strict=False))
+    score = "" if ens["oof_score"] is None else f", out-of-fold score {ens['oof_score']:.4f}"
+    return (
+        f"ensemble {ens['name']} v{ens['version']}: {len(ens['members'])} members"
+        f"{score} (trial:weight {trials})"
+    )
+
+
+def _experiment_ensembles(reg: Any, experiment: str) -> list[dict[str, Any]]:
+    """The ensemble versions registered from ``experiment``, oldest first."""
+    from ..registry.registry import ENSEMBLE_FORMAT
+
+    return [
+        _ensemble_row(v)
+        for name in reg.models()
+        for v in reg.versions(name)
+        if v.format == ENSEMBLE_FORMAT and v.lineage.get("experiment") == experiment
+    ]
+
+
+def _result(search: Any, elapsed: float) -> dict[str, Any]:
+    """The run summary (``run --json``)."""
+    trials = search.trials_
+    best = getattr(search, "best_index_", None)
+    version = getattr(search, "model_version_", None)
+    metric = search.scoring if isinstance(search.scoring, str) else search.refit
+    # A multi-fidelity search records a trial once per rung: count each trial once, by its
+    # last step.
+    last = {t.number: t for t in trials}
+    return {
+        "experiment": getattr(search, "experiment_name_", search.experiment_name),
+        "experiment_id": getattr(search, "experiment_id_", None),
+        "n_trials": len(last),
+        "failed": sum(1 for t in last.values() if t.state != "complete"),
+        "elapsed": elapsed,
+        "metric": metric if isinstance(metric, str) else "score",
+        "best_score": getattr(search, "best_score_", None),
+        "best_trial": trials[best].number if best is not None else None,
+        "best_params": getattr(search, "best_params_", None),
+        "model": None if version is None else {"name": version.model, "version": version.version},
+    }
