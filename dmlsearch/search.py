@@ -12,7 +12,8 @@ import numbers
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -289,16 +290,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         # Built now so that a bad strategy or space fails before the registry is touched.
         strategy = make_strategy(self.strategy, space, self.n_trials, seed)
 
-        context = EvalContext(
-            estimator=self.estimator,
-            scorer=scoring.scorer,
-            multimetric=scoring.multimetric,
-            splits=splits,
-            error_score=self.error_score,
-            return_train_score=self.return_train_score,
-            trial_timeout=None if self.trial_timeout is None else float(self.trial_timeout),
-            oof=memory_sink(self, splits, X, y),
-        )
+        context = self._eval_context(scoring, splits, X, y)
         data = SearchData(X, y, dict(fit_params))
         outcomes: dict[int, TrialOutcome] = {}
         skip: set[int] = set()
@@ -341,24 +333,11 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 )
                 runner = self._make_runner(client, clock.start, progress, reporter)
                 clock.lap("setup")
-                try:
+                on_tick = recorder.tick if recorder is not None else None
+                with _page_told(reporter):
                     runner.run(
-                        strategy,
-                        data,
-                        context,
-                        seed,
-                        on_outcome,
-                        skip=skip,
-                        on_tick=recorder.tick if recorder is not None else None,
+                        strategy, data, context, seed, on_outcome, skip=skip, on_tick=on_tick
                     )
-                except BaseException as exc:
-                    if reporter is not None:
-                        reporter.experiment_finished(
-                            "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                        )
-                    raise
-                if reporter is not None:
-                    reporter.experiment_finished("complete")
                 self.runner_stats_ = runner.stats
                 # The rows and classes the out-of-fold predictions hold (EnsembleSelection
                 # checks its data against them).
@@ -366,30 +345,40 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 clock.lap("search")
         except BaseException as exc:
             if recorder is not None:
-                recorder.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+                recorder.close(_ending(exc))
             elif registry is not None and registry is not self.registry:
                 registry.close()
             raise
-        try:
+        with _closed_on_failure(recorder):
             self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
-            self.seed_ = seed
-            if self.refit:
+        self.seed_ = seed
+        if self.refit:
+            with _closed_on_failure(recorder):
                 self._refit(X, y, fit_params)
-                clock.lap("refit")
-            if recorder is not None:
-                self._register_best(recorder, X)
-                clock.lap("register")
-        except BaseException:
-            if recorder is not None:
-                recorder.close("failed")
-            raise
+            clock.lap("refit")
         if recorder is not None:
+            with _closed_on_failure(recorder):
+                self._register_best(recorder, X)
+            clock.lap("register")
             recorder.close("complete")
         self.phase_times_ = clock.laps
         summary = clock.summary()
         logger.info("dmlsearch: %s", summary)
         progress.message(summary)
         return self
+
+    def _eval_context(self, scoring: Scoring, splits: Any, X: Any, y: Any) -> EvalContext:
+        """What every trial needs to fit and score a candidate on each split."""
+        return EvalContext(
+            estimator=self.estimator,
+            scorer=scoring.scorer,
+            multimetric=scoring.multimetric,
+            splits=splits,
+            error_score=self.error_score,
+            return_train_score=self.return_train_score,
+            trial_timeout=None if self.trial_timeout is None else float(self.trial_timeout),
+            oof=memory_sink(self, splits, X, y),
+        )
 
     def _attach_dashboard(
         self,
@@ -753,3 +742,32 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def inverse_transform(self, X: Any) -> Any:
         self._check_refit("inverse_transform")
         return self.best_estimator_.inverse_transform(X)
+
+
+def _ending(exc: BaseException) -> str:
+    """The status a search that raised ``exc`` ends with."""
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+
+
+@contextmanager
+def _page_told(reporter: Any) -> Iterator[None]:
+    """Tell the ``/dmlsearch`` page (if any) how the search ended."""
+    try:
+        yield
+    except BaseException as exc:
+        if reporter is not None:
+            reporter.experiment_finished(_ending(exc))
+        raise
+    if reporter is not None:
+        reporter.experiment_finished("complete")
+
+
+@contextmanager
+def _closed_on_failure(recorder: SearchRecorder | None) -> Iterator[None]:
+    """Close the experiment as failed if the block raises (after the search ran)."""
+    try:
+        yield
+    except BaseException:
+        if recorder is not None:
+            recorder.close("failed")
+        raise

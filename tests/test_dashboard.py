@@ -647,8 +647,11 @@ def test_a_training_job_shows_live_with_its_ranks_epoch_and_loss(cluster, client
     fitting = threading.Thread(target=trainer.fit, args=(X, y))
     fitting.start()
     try:
+        # The ranks import torch and reserve their gang first: seconds on a loaded machine.
         live = _wait_for(
-            base, lambda v: ((v.get(name) or {}).get("training") or {}).get("epoch", 0) >= 1
+            base,
+            lambda v: ((v.get(name) or {}).get("training") or {}).get("epoch", 0) >= 1,
+            timeout=60,
         )[name]
     finally:
         Event(gate, client=client).set()
