@@ -1,0 +1,152 @@
+"""``Registry``'s experiments and trials: deletion, tables and export to Optuna.
+
+Separate from the model versions (``_registry_models``): the two share only the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._base import NotFoundError
+from ._checks import check_count, check_states
+from ._registry_core import _RegistryCore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class _RegistryRuns(_RegistryCore):
+    """The experiment and trial methods of ``Registry``."""
+
+    def delete_experiment(self, name_or_id: str | int) -> dict[str, Any]:
+        """Delete an experiment and its trials, then the blobs nothing references any more.
+
+        Model versions registered from the experiment are kept (they are models users load;
+        their lineage still names it), so are their artifacts and every blob written in the
+        last hour (see :meth:`gc`). The trials' out-of-fold predictions (``keep_oof``) go
+        with the experiment. Returns ``{"experiment": name, "id": id, "trials": n,
+        "artifacts": [deleted paths]}``. Raises NotFoundError (suggesting a close name) if
+        there is no such experiment.
+        """
+        from .._oof import delete_folder
+
+        exp = self.experiment(name_or_id)
+        try:
+            n_trials = self.store.delete_experiment(exp.id)
+        except NotFoundError:  # deleted by another process meanwhile
+            raise self._no_experiment(name_or_id) from None
+        removed = delete_folder(self, exp) + self.gc()
+        return {"experiment": exp.name, "id": exp.id, "trials": n_trials, "artifacts": removed}
+
+    def experiments(self) -> pd.DataFrame:
+        """One row per experiment: id, name, kind (``search``, ``optimize`` or ``train``),
+        status, created, number of trials, best value."""
+        import pandas as pd
+
+        summaries = self.store.experiment_summaries()
+        rows = []
+        for exp in self.store.list_experiments():
+            n_trials, best = summaries.get(exp.id, (0, None))
+            rows.append(
+                {
+                    "id": exp.id,
+                    "name": exp.name,
+                    # A search's config has no kind; optimize and training jobs say theirs.
+                    "kind": str((exp.config or {}).get("kind", "search")),
+                    "status": exp.status,
+                    "created": pd.Timestamp(exp.created, unit="s", tz="UTC"),
+                    "trials": n_trials,
+                    "best_value": best,
+                }
+            )
+        columns = ["id", "name", "kind", "status", "created", "trials", "best_value"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def trials(
+        self, experiment: str | int, state: str | Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """The trials of an experiment as a DataFrame (``param_<name>`` columns)."""
+        check_states("state", state)
+        exp = self.experiment(experiment)
+        return self.store.trials_dataframe(exp.id, state=state)
+
+    def leaderboard(self, experiment: str | int, k: int = 10) -> pd.DataFrame:
+        """The ``k`` best completed trials, best first."""
+        import pandas as pd
+
+        check_count("k", k, "a number of trials")
+        exp = self.experiment(experiment)
+        rows = [
+            {"number": t.number, "value": t.value, **{f"param_{n}": v for n, v in t.params.items()}}
+            for t in self.store.leaderboard(exp.id, k=k)
+        ]
+        return pd.DataFrame(rows)
+
+    def to_optuna(self, experiment: str | int, storage: Any = None) -> Any:
+        """Copy an experiment's trials into an Optuna study (maximised objective).
+
+        ``optuna.visualization`` and optuna-dashboard then work on our trials. ``storage``
+        is any Optuna storage (URL or object); default in memory. Distributions are
+        inferred from the recorded values: numbers span their observed range (log scale
+        when positive over more than two decades), anything else is categorical.
+        """
+        import optuna
+
+        exp = self.experiment(experiment)
+        trials = self.store.get_trials(exp.id)
+        distributions = _infer_distributions([t.params for t in trials])
+        study = optuna.create_study(
+            study_name=exp.name, storage=storage, direction="maximize", load_if_exists=False
+        )
+        study.set_user_attr("dmlsearch_experiment_id", exp.id)
+        frozen = []
+        for t in trials:
+            params = {k: _optuna_value(v) for k, v in t.params.items() if k in distributions}
+            complete = t.state == "complete" and t.value is not None
+            frozen.append(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions={k: distributions[k] for k in params},
+                    value=t.value if complete else None,
+                    state=optuna.trial.TrialState.COMPLETE
+                    if complete
+                    else optuna.trial.TrialState.FAIL,
+                    user_attrs={"dmlsearch_number": t.number, "worker": t.worker or ""},
+                )
+            )
+        study.add_trials(frozen)
+        return study
+
+
+def _optuna_value(value: Any) -> Any:
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return value
+    return repr(value)
+
+
+def _infer_distributions(all_params: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    import math
+
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    values: dict[str, list[Any]] = {}
+    for params in all_params:
+        for key, value in params.items():
+            values.setdefault(key, []).append(_optuna_value(value))
+    out: dict[str, Any] = {}
+    for key, vals in values.items():
+        numeric = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numeric) == len(vals) and all(math.isfinite(v) for v in numeric):
+            low, high = float(min(numeric)), float(max(numeric))
+            log = low > 0 and high / low > 100
+            out[key] = FloatDistribution(low, high if high > low else low + 1e-12, log=log)
+        else:
+            choices: list[Any] = []
+            for v in vals:
+                if v not in choices:
+                    choices.append(v)
+            out[key] = CategoricalDistribution(choices)
+    return out
