@@ -179,6 +179,54 @@ def test_ssp_keeps_ranks_within_the_staleness_bound(
         assert torch.equal(final[name], value)
 
 
+class _FrozenBodyWithNorm(torch.nn.Module):
+    """A frozen layer, an unused one and a BatchNorm: what fine-tuning models hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(D, 8).requires_grad_(False)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.unused = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.body(x)))
+
+
+def test_ssp_leaves_parameters_without_gradients_and_returns_rank_0s_buffers(
+    client: Client, data: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = data
+    fitted = trainer(client, model_fn=_FrozenBodyWithNorm, sync="ssp", epochs=2).fit(X + 20, y)
+    torch.manual_seed(SEED)
+    start = _FrozenBodyWithNorm()
+    model = fitted.model_
+    for name in ("body.weight", "unused.weight"):  # no gradient: the optimizer left them
+        assert torch.equal(model.get_parameter(name), start.get_parameter(name)), name
+    assert not torch.equal(model.head.weight, start.head.weight)
+    # The statistics of rank 0's batches (2 epochs of its steps), not the initial ones.
+    steps = (N // 2) // B
+    assert int(model.norm.num_batches_tracked) == 2 * steps
+    assert not torch.allclose(model.norm.running_mean, start.norm.running_mean)
+    final = fitted.checkpoint_.load()["model"]
+    assert torch.equal(final["norm.running_mean"], model.norm.running_mean)
+
+
+@pytest.mark.parametrize("sync", ["allreduce", "ssp"])
+def test_ranks_build_the_model_in_the_drivers_default_dtype(
+    client: Client, data: tuple[np.ndarray, np.ndarray], sync: str
+) -> None:
+    X, y = data
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        fitted = trainer(client, sync=sync).fit(X.astype(np.float64), y.astype(np.float64))
+    finally:
+        torch.set_default_dtype(before)
+    assert {p.dtype for p in fitted.model_.parameters()} == {torch.float64}
+    assert fitted.history_[-1]["loss"] < fitted.history_[0]["loss"]
+
+
 def test_dask_arrays_give_the_numpy_result(
     client: Client, data: tuple[np.ndarray, np.ndarray]
 ) -> None:

@@ -414,6 +414,8 @@ def test_estimators_refuse_in_one_process(
         (classifier(), X, None, "y", "fit needs y"),
         (classifier(), X[:0], Y[:0], "X", "no rows"),
         (TorchClassifier(NeedsWidth, max_epochs=1), X, Y, "module", "'width'"),
+        (classifier(), da.from_array(X, chunks=16), Y, "X", r"X.compute\(\)"),
+        (regressor(), X, dd.from_array(YR, chunksize=16), "y", r"y.compute\(\)"),
     ],
 )
 def test_estimators_refuse_what_skorch_raised_raw(

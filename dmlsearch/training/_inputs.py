@@ -47,6 +47,14 @@ def _n_rows(X: Any) -> int | None:
 
 def check_rows(X: Any, y: Any) -> None:
     """``X`` (as :func:`_float32` made it) and ``y`` fit to train on, before any epoch."""
+    for name, a in (("X", X), ("y", y)):
+        if hasattr(a, "dask") and callable(getattr(a, "compute", None)):
+            raise InvalidParameterError(
+                name,
+                f"{name} is a Dask {type(a).__name__}, and this fit trains on rows in "
+                f"memory: pass {name}.compute(), or train with DataParallelTrainer, whose "
+                "ranks take Dask input where it lies",
+            )
     n = _n_rows(X)
     if n is None:
         return

@@ -18,7 +18,15 @@ import torch.distributed as dist
 from ._checkpoint import state_bytes, state_from_bytes
 from ._sync import make_sync, settle
 
-__all__ = ["EpochReporter", "JobSpec", "free_port", "publish", "rank_batches", "train_rank"]
+__all__ = [
+    "EpochReporter",
+    "JobSpec",
+    "build_model",
+    "free_port",
+    "publish",
+    "rank_batches",
+    "train_rank",
+]
 
 #: Epochs rank 0 hands over at once for the dashboard, and how often (seconds).
 REPORTED_EPOCHS = 50
@@ -52,6 +60,8 @@ class JobSpec:
     progress_var: str | None = None  # rank 0's latest epochs, for the dashboard
     # The torch dtypes X and y are trained as, decided on the driver (initial_model).
     dtypes: tuple[str, str] = ("", "")
+    # torch's default dtype on the driver, under which model_fn built the initial model.
+    default_dtype: str = "float32"
 
     def device(self, rank: int) -> torch.device:
         """Rank ``rank``'s device (made current on its thread when it is a GPU)."""
@@ -179,10 +189,24 @@ def _epoch(
     }
 
 
+def build_model(job: JobSpec) -> torch.nn.Module:
+    """``job.model_fn()`` under the driver's default dtype, as the driver built it (a
+    worker's default is float32: loading float64 weights there would cast them down)."""
+    dtype = getattr(torch, job.default_dtype)
+    before = torch.get_default_dtype()
+    if dtype == before:
+        return job.model_fn()
+    torch.set_default_dtype(dtype)
+    try:
+        return job.model_fn()
+    finally:
+        torch.set_default_dtype(before)
+
+
 def _build(job: JobSpec, rank: int) -> tuple[torch.nn.Module, Any]:
     """The model (on the rank's device, in training mode) and its optimizer, as saved."""
     state = state_from_bytes(job.initial)
-    model = job.model_fn()
+    model = build_model(job)
     model.load_state_dict(state["model"])
     model.to(job.device(rank))  # before the optimizer is built on its parameters
     model.train()

@@ -6,8 +6,12 @@ with the new weights and the slowest clock (one round trip a step). A rank whose
 is more than ``staleness`` steps ahead of the slowest waits before its next step
 (``staleness=None``: never, fully asynchronous). There are no collectives: a slow rank
 slows the others only through the staleness bound. Only parameters are served; buffers
-(BatchNorm statistics) stay each rank's own. The server keeps the model in host memory;
-a rank on a GPU sends its gradients and takes the weights through host memory.
+(BatchNorm statistics) stay each rank's own while it trains, and the model checkpointed
+and returned takes rank 0's (as all-reduce's ranks hold rank 0's). A parameter without a
+gradient in a step (frozen, or unused by the forward) is sent as None and left alone by
+the server's optimizer, as a one-process step leaves it. The server keeps the model in
+host memory; a rank on a GPU sends its gradients and takes the weights through host
+memory.
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from distributed import Client
 
 from ..runner.gang import Gang
 from ._checkpoint import CheckpointInbox, state_bytes, state_from_bytes
-from ._rank import EpochReporter, JobSpec, _tensor, publish, rank_batches, seed_epoch
+from ._rank import (
+    EpochReporter,
+    JobSpec,
+    _tensor,
+    build_model,
+    publish,
+    rank_batches,
+    seed_epoch,
+)
 
 __all__ = ["ParameterServer", "run_ssp", "server_state", "train_ssp_rank"]
 
@@ -33,7 +45,7 @@ class ParameterServer:
     def __init__(self, job: JobSpec) -> None:
         torch.set_num_threads(1)
         state = state_from_bytes(job.initial)
-        self.model = job.model_fn()
+        self.model = build_model(job)
         self.model.load_state_dict(state["model"])
         self.params = list(self.model.parameters())
         self.opt = job.optimizer_fn(self.params)
@@ -49,16 +61,17 @@ class ParameterServer:
     def min_clock(self) -> int:
         return min(self.clocks)
 
-    def push(self, rank: int, grads: list[np.ndarray]) -> int:
-        """Apply rank ``rank``'s gradients; returns the slowest rank's clock."""
+    def push(self, rank: int, grads: list[np.ndarray | None]) -> int:
+        """Apply rank ``rank``'s gradients (None: that parameter has none this step);
+        returns the slowest rank's clock."""
         for p, g in zip(self.params, grads, strict=True):
-            p.grad = torch.from_numpy(g)
+            p.grad = None if g is None else torch.from_numpy(g)
         self.opt.step()
         self.clocks[rank] += 1
         self.max_lag = max(self.max_lag, max(self.clocks) - min(self.clocks))
         return min(self.clocks)
 
-    def push_pull(self, rank: int, grads: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+    def push_pull(self, rank: int, grads: list[np.ndarray | None]) -> tuple[list[np.ndarray], int]:
         """:meth:`push`, then :meth:`pull`: one round trip per step instead of two."""
         self.push(rank, grads)
         return self.pull()
@@ -67,14 +80,23 @@ class ParameterServer:
         """The largest clock difference seen after any push."""
         return self.max_lag
 
-    def checkpoint(self, epoch: int) -> bytes:
+    def checkpoint(self, epoch: int, buffers: dict[str, np.ndarray] | None = None) -> bytes:
+        """The model's state after ``epoch`` epochs, with ``buffers`` (rank 0's) in it."""
+        with torch.no_grad():
+            for name, value in (buffers or {}).items():
+                self.model.get_buffer(name).copy_(torch.from_numpy(value))
         return state_bytes(epoch, self.model, self.opt)
 
 
-def server_state(ps: Any, epoch: int) -> bytes:
+def _buffers(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """A rank's buffers (BatchNorm statistics...), by name, in host memory."""
+    return {n: b.detach().to("cpu", copy=True).numpy() for n, b in model.named_buffers()}
+
+
+def server_state(ps: Any, epoch: int, buffers: dict[str, np.ndarray] | None = None) -> bytes:
     """A task: the server's state (called from a worker, where an actor handle works
     without a default client on the driver)."""
-    data: bytes = ps.checkpoint(epoch).result()
+    data: bytes = ps.checkpoint(epoch, buffers).result()
     return data
 
 
@@ -112,7 +134,7 @@ def train_ssp_rank(
     torch.set_num_threads(max(1, nthreads))
     torch.manual_seed(job.seed + rank)
     device = job.device(rank)
-    model = job.model_fn()
+    model = build_model(job)
     model.load_state_dict(state_from_bytes(job.initial)["model"])
     model.to(device)
     model.train()
@@ -141,7 +163,10 @@ def train_ssp_rank(
             loss.backward()
             pushed = time.perf_counter()
             # The weights for the next step come back with the push: one round trip.
-            grads = [p.grad.detach().to("cpu", copy=True).numpy() for p in params]
+            grads = [
+                None if p.grad is None else p.grad.detach().to("cpu", copy=True).numpy()
+                for p in params
+            ]
             weights, low = ps.push_pull(rank, grads).result()
             waited += time.perf_counter() - pushed
             clock += 1
@@ -162,8 +187,8 @@ def train_ssp_rank(
             report(history)
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
-            publish(job, epoch + 1, ps.checkpoint(epoch + 1).result(), history)
-    return {"rank": rank, "history": history, "state": None}
+            publish(job, epoch + 1, ps.checkpoint(epoch + 1, _buffers(model)).result(), history)
+    return {"rank": rank, "history": history, "state": None, "buffers": _buffers(model)}
 
 
 def run_ssp(
@@ -186,7 +211,8 @@ def run_ssp(
     # No collectives, so a fast rank may end long before a slow one: no finish_grace.
     results: list[dict[str, Any]] = gang.run(train_ssp_rank, ranks, on_tick=tick, finish_grace=None)
     checkpoints.poll()
-    final = client.submit(server_state, ps, job.epochs, workers=[first], pure=False)
+    buffers = results[0].pop("buffers", None)
+    final = client.submit(server_state, ps, job.epochs, buffers, workers=[first], pure=False)
     results[0]["state"] = state = final.result()
     every = job.checkpoint_every
     if every and job.epochs % every == 0:

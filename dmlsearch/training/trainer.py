@@ -437,6 +437,7 @@ class DataParallelTrainer(BaseEstimator):
             rank_devices=plan.rank_devices,
             progress_var=progress_var,
             dtypes=self._dtypes,
+            default_dtype=str(torch.get_default_dtype()).removeprefix("torch."),
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
