@@ -17,8 +17,10 @@ a string). Every problem in a file is reported at once, as a :class:`ConfigError
 the field path and the line. See docs/config.md.
 
 Modules: ``_common`` (constants, ConfigError), ``_yaml`` (capped loading, overrides),
-``_imports`` (user code by path, ``{class, params}`` specs), ``_data_model`` and ``schema``
-(the sections), ``_train`` (the ``train`` section), ``_load`` (field paths and lines,
+``_imports`` (user code by path, ``{class, params}`` specs), ``schema`` (the root model
+and its cross-section checks) over the sections ``_data_model``, ``_search``, ``_space``
+(the search space), ``_cluster`` (cluster and registry) and ``_train`` (the ``train``
+section), ``_load`` (field paths and lines,
 ``load_config``), ``build`` (builders), ``_run`` (running a file), ``_starter``
 (``dmlsearch init``).
 

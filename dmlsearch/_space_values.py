@@ -1,0 +1,80 @@
+"""Values of a search space as they are described and stored: ``describe_value`` and equality.
+
+Separate from the dimension types (``_space_dimensions``) because it is used on its own:
+the search and the records describe estimators and schedulers with ``describe_value``, and
+decoding a stored candidate compares JSON round-tripped values here. Re-exported by
+:mod:`dmlsearch.space`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StoredForm", "describe_value"]
+
+#: How a value looks once stored (the registry's JSON round trip); identity by default.
+StoredForm = Callable[[Any], Any]
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def describe_value(value: Any) -> Any:
+    """A JSON-friendly description of ``value`` that is equal for equal configurations.
+
+    Estimators are described by class and ``get_params(deep=False)``, recursively (their
+    ``repr`` elides long parameter lists); functions and classes by qualified name; numpy
+    scalars and arrays as Python numbers and lists; anything else by its ``repr`` without
+    memory addresses. Used to tell whether a resumed search still has the same estimator
+    and space.
+    """
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [describe_value(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [describe_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): describe_value(v) for k, v in value.items()}
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    get_params = getattr(value, "get_params", None)
+    if callable(get_params):
+        try:
+            params = get_params(deep=False)
+        except Exception:  # a broken get_params falls back to the repr
+            params = None
+        if isinstance(params, Mapping):
+            return {
+                "class": describe_value(type(value)),
+                "params": {str(k): describe_value(params[k]) for k in sorted(params)},
+            }
+    return _ADDRESS.sub("", repr(value))
+
+
+def _same_stored(a: Any, b: Any, *, strict: bool) -> bool:
+    """Equality of two stored (JSON) values; ``strict`` also requires equal types."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(
+            _same_stored(x, y, strict=strict) for x, y in zip(a, b, strict=True)
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_stored(a[k], b[k], strict=strict) for k in a)
+    if strict and type(a) is not type(b):
+        return False
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -1,0 +1,157 @@
+"""The ``cluster:`` and ``registry:`` sections: where trials run and where they are recorded.
+
+Separate from the search sections because they describe the environment of a run, not
+what it searches; both a search and a training job use them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from ._common import _err, _Problems, _short
+from ._data_model import NonNegInt, PosInt, Seconds, _check_kwargs, _Section
+from ._imports import _base_dir, _import, _ImportFailed
+
+__all__ = ["AdaptSection", "ClusterSection", "LocalClusterSection", "RegistrySection"]
+
+
+def _memory_limit(value: Any) -> Any:
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, bool):
+        raise _err("expected bytes (e.g. 4GiB), auto or a fraction")
+    if isinstance(value, (int, float)) and value >= 0:
+        return value
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            parse_bytes(value)
+        except (ValueError, TypeError):
+            raise _err(f"expected a size such as 4GiB or 500MB, got {value!r}") from None
+        return value
+    raise _err(f"expected a size such as 4GiB, got {_short(value)!r}")
+
+
+class LocalClusterSection(_Section):
+    """A LocalCluster of worker processes on this machine, started for the run."""
+
+    n_workers: PosInt | None = None
+    threads_per_worker: PosInt = 1
+    memory_limit: Annotated[Any, BeforeValidator(_memory_limit)] = None
+
+
+class AdaptSection(_Section):
+    """``cluster.adapt(minimum=..., maximum=...)`` for a cluster class that can adapt."""
+
+    minimum: NonNegInt = 0
+    maximum: PosInt
+
+    @model_validator(mode="after")
+    def _check(self) -> AdaptSection:
+        if self.minimum > self.maximum:
+            raise _err(f"minimum ({self.minimum}) is greater than maximum ({self.maximum})")
+        return self
+
+
+_ADDRESS = re.compile(
+    r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?[^\s/:]+(?::\d{1,5})?/?$|^inproc://\S+$"
+)
+
+
+class ClusterSection(_Section):
+    """Where trials run: one of ``local``, ``address`` or ``class``.
+
+    Leave the whole section out for the embedded default (a LocalCluster sized to the
+    machine, started and closed by the search).
+    """
+
+    local: LocalClusterSection | None = None
+    address: str | None = None
+    cls: str | None = Field(None, alias="class")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    scale: PosInt | None = None
+    adapt: AdaptSection | None = None
+    connect_timeout: Seconds = 30.0
+
+    @field_validator("address", mode="after")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not _ADDRESS.match(value.strip()):
+            raise _err(f"expected a scheduler address such as tcp://10.0.0.5:8786, got {value!r}")
+        return None if value is None else value.strip()
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> ClusterSection:
+        problems = _Problems()
+        given = [
+            k
+            for k, v in (("local", self.local), ("address", self.address), ("class", self.cls))
+            if v is not None
+        ]
+        if len(given) != 1:
+            problems.add(
+                (given[1],) if len(given) > 1 else (),
+                "give exactly one of local (a LocalCluster), address (a running scheduler) or "
+                f"class (e.g. dask_jobqueue.SLURMCluster); got {given or 'none'}. Leave the "
+                "section out for the embedded default",
+            )
+        if self.cls is None:
+            for key in ("kwargs", "scale", "adapt"):
+                if getattr(self, key):
+                    problems.add((key,), "only used with cluster.class")
+        else:
+            if self.scale is not None and self.adapt is not None:
+                problems.add(("adapt",), "give scale or adapt, not both")
+            try:
+                cls = _import(self.cls, _base_dir(info))
+            except _ImportFailed as exc:
+                problems.add(("class",), str(exc), self.cls)
+            else:
+                if not callable(cls):
+                    problems.add(("class",), f"{self.cls} is not a cluster class", self.cls)
+                else:
+                    _check_kwargs(cls, self.kwargs, problems)
+        problems.raise_if_any("ClusterSection")
+        return self
+
+
+class RegistrySection(_Section):
+    """Where experiments and models are recorded.
+
+    ``url``: a SQLAlchemy database URL (default ``$DMLSEARCH_REGISTRY``, else
+    ``sqlite:///./dmlsearch.db`` in the working directory); ``artifacts``: a folder or
+    fsspec URL for model files (default beside a SQLite database).
+    """
+
+    url: str | None = None
+    artifacts: str | None = None
+
+    @field_validator("artifacts", mode="after")
+    @classmethod
+    def _artifacts(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\x00" in value):
+            raise _err(
+                f"expected a folder or fsspec URL for model files (e.g. ./artifacts or "
+                f"s3://bucket/models), got {value!r}; leave it out for the default"
+            )
+        return value
+
+    @field_validator("url", mode="after")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError):
+            raise _err(
+                f"not a database URL: {value!r} (e.g. sqlite:///dmlsearch.db or postgresql+psycopg://user@host/db)"
+            ) from None
+        return value
