@@ -26,6 +26,9 @@ _RESUME_FIXED = {
     "estimator_spec": "estimator",
     "search_space_spec": "search_space",
     "schedule": "scheduler",  # a multi-fidelity search's (dmlsearch._schedule_plan)
+    # Recorded scores of other folds or another metric would rank beside the new ones.
+    "n_splits": "cv",
+    "scoring_spec": "scoring",
 }
 
 
@@ -121,7 +124,8 @@ def _stored_form(value: Any) -> Any:
 
 
 def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any]) -> None:
-    """Refuse to resume experiment ``name`` with another estimator or search space."""
+    """Refuse to resume experiment ``name`` with another estimator, search space, schedule,
+    number of folds or scoring."""
     changed, labels = [], []
     for key, label in _RESUME_FIXED.items():
         if key not in stored:  # recorded before the snapshot held it

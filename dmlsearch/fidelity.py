@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +132,37 @@ def check_resource(resource: Any, estimator: Any) -> str:
             f"{type(estimator).__name__} has no parameter {resource!r}{hint} "
             f"(or use one of {list(RESOURCES)})",
         )
+    refusal = _refuses_counts(estimator, params, resource)
+    if refusal is not None:
+        raise InvalidParameterError(
+            "resource",
+            f"{refusal}: the resource counts training units (1, 2, ...) up to max_resource; "
+            "pick a parameter that counts them, such as 'n_estimators' or 'max_iter' "
+            f"(or use one of {list(RESOURCES)})",
+        )
     return resource
+
+
+def _refuses_counts(estimator: Any, params: dict[str, Any], name: str) -> str | None:
+    """Why ``name`` cannot take integer counts, by scikit-learn's parameter constraints
+    of the estimator that owns it; None where it can, or where no constraints say."""
+    prefix, _, leaf = name.rpartition("__")
+    owner = params.get(prefix) if prefix else estimator
+    constraints = getattr(type(owner), "_parameter_constraints", None)
+    if not isinstance(constraints, dict) or leaf not in constraints:
+        return None
+    try:
+        from sklearn.utils._param_validation import validate_parameter_constraints
+    except ImportError:  # scikit-learn moved it: the estimator's fit will say
+        return None
+    try:
+        for count in (1, 3):
+            validate_parameter_constraints(
+                {leaf: constraints[leaf]}, {leaf: count}, caller_name=type(owner).__name__
+            )
+    except (TypeError, ValueError) as exc:
+        return re.sub(r"\s*Got .* instead\.?$", "", str(exc)).rstrip(".")
+    return None
 
 
 def train_partial_fit(

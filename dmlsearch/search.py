@@ -551,6 +551,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             "refit": repr(self.refit),
             "seed": seed,
             "estimator_spec": describe_value(self.estimator),
+            "scoring_spec": describe_value(self.scoring),
             "search_space_spec": as_space(self.search_space).describe(),
         }
 

@@ -68,6 +68,13 @@ def _quiet() -> Any:
         ("rounds", LogisticRegression(), ["LogisticRegression", "'rounds'", "n_samples"]),
         ("", LogisticRegression(), ["partial_fit", "n_samples"]),
         (3, LogisticRegression(), ["got 3"]),
+        # Named, but it takes no counts (scikit-learn's constraints say so).
+        ("penalty", SGDClassifier(), ["'penalty' parameter of SGDClassifier", "n_estimators"]),
+        (
+            "sgdclassifier__loss",
+            make_pipeline(StandardScaler(), SGDClassifier()),
+            ["'loss' parameter of SGDClassifier", "counts training units"],
+        ),
     ],
 )
 def test_a_resource_the_estimator_cannot_take_is_refused(
@@ -85,6 +92,7 @@ def test_resources_the_estimator_can_take() -> None:
     assert check_resource("n_samples", LogisticRegression()) == "n_samples"
     pipe = make_pipeline(StandardScaler(), RandomForestClassifier())
     assert check_resource("randomforestclassifier__n_estimators", pipe)
+    assert check_resource("max_iter", SGDClassifier()) == "max_iter"
 
 
 @pytest.mark.parametrize(

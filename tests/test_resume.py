@@ -88,8 +88,10 @@ def test_resume_of_an_experiment_that_never_ran_is_refused(client, data, tmp_pat
             {"search_space": {"C": Float(1e-3, 1e2, log=True), "tol": [1e-4, 1e-3]}},
             r"search_space\[0\]\.tol added.*same search_space",
         ),
+        ({"cv": 3}, r"the cv changed \(cv: 2 -> 3\)"),
+        ({"scoring": "neg_log_loss"}, r"the scoring changed \(scoring: None -> 'neg_log_loss'"),
     ],
-    ids=["estimator", "bounds", "new-parameter"],
+    ids=["estimator", "bounds", "new-parameter", "folds", "scoring"],
 )
 def test_resume_after_changing_estimator_or_space_is_refused_and_keeps_status(
     client, data, tmp_path, change, match
