@@ -669,7 +669,6 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
             "search.max_concurrent_trials=4",
             "search.trial_timeout=90s",
             "search.max_retries=0",
-            "search.workers_per_trial=2",
             "search.time_budget_policy=finish",
             "search.error_score=raise",
             "search.return_train_score=true",
@@ -686,7 +685,7 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
         assert params["time_budget_policy"] == "finish"
         assert params["random_state"] == 3 and params["max_concurrent_trials"] == 4
         assert params["max_retries"] == 0 and params["error_score"] == "raise"
-        assert params["workers_per_trial"] == 2
+        assert params["workers_per_trial"] == 1
         assert params["return_train_score"] is True and params["resume"] is True
         assert params["experiment_name"] == "prop" and params["registry"] is registry
         assert params["cv"].get_n_splits() == 4
@@ -695,6 +694,19 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
     assert isinstance(
         ExperimentConfig.model_validate(yaml.safe_load(dump(VALID))), ExperimentConfig
     )
+
+
+def test_build_search_maps_workers_per_trial_for_a_model_that_takes_gangs() -> None:
+    pytest.importorskip("xgboost")
+    cfg = parse_config(
+        dump(VALID),
+        overrides=[
+            "model=xgboost.XGBClassifier",
+            "search.space={max_depth: [2, 3]}",
+            "search.workers_per_trial=2",
+        ],
+    )
+    assert build_search(cfg).get_params()["workers_per_trial"] == 2
 
 
 @pytest.mark.parametrize("store", ["false", "auto", "/shared/states"])

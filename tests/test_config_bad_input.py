@@ -90,10 +90,22 @@ VALID: dict[str, Any] = {
         "max_resource": 27,
         "reduction_factor": 3,
     },
-    "ensemble": {"kind": "selection", "size": 10, "n_init": 2, "max_candidates": 20},
     "cluster": {"local": {"n_workers": 1, "threads_per_worker": 1}, "connect_timeout": 10},
     "registry": {"url": "sqlite:///bad-input.db", "artifacts": "./artifacts"},
 }
+#: Ensemble selection needs out-of-fold predictions, which a scheduler's search does not
+#: keep: a file with an ensemble section has no scheduler section.
+ENSEMBLE = {"kind": "selection", "size": 10, "n_init": 2, "max_candidates": 20}
+
+
+def base(path: str) -> dict[str, Any]:
+    """A copy of the valid file that holds ``path``'s section."""
+    data = copy.deepcopy(VALID)
+    if path.split(".")[0] == "ensemble":
+        del data["scheduler"]
+        data["ensemble"] = copy.deepcopy(ENSEMBLE)
+    return data
+
 
 #: Words of pydantic or PyYAML internals that must never reach a user.
 INTERNALS = ("Input should be", "instance of", "Value error", "pydantic", "Traceback", "errors.")
@@ -104,7 +116,7 @@ def dump(data: Any) -> str:
 
 
 def with_value(path: str, value: Any) -> dict[str, Any]:
-    data = copy.deepcopy(VALID)
+    data = base(path)
     node = data
     keys = path.split(".")
     for key in keys[:-1]:
@@ -310,7 +322,7 @@ def typos(draw: Any, word: str) -> str:
 
 
 def _add_key(mapping: str, key: str) -> str:
-    data = copy.deepcopy(VALID)
+    data = base(mapping)
     node = data
     for part in [p for p in mapping.split(".") if p]:
         node = node[part]
@@ -390,6 +402,29 @@ def test_out_of_range_values_say_the_range(example: tuple[str, Any, str]) -> Non
     path, value, allowed = example
     exc = refused(dump(with_value(path, value)))
     assert re.search(allowed, at(exc, path).message), str(exc)
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "message"),
+    [
+        ({"scheduler.resource": "clf__C"}, "scheduler.resource", "also searched over"),
+        ({"scheduler.resource": "clf__penalty"}, "scheduler.resource", "takes no|counts"),
+        ({"ensemble": ENSEMBLE}, "ensemble", "not kept with the scheduler section"),
+        ({"search.workers_per_trial": 2}, "search.workers_per_trial", "xgboost's"),
+    ],
+)
+def test_what_a_run_would_refuse_is_refused_at_validation(
+    edit: dict[str, Any], path: str, message: str
+) -> None:
+    data = copy.deepcopy(VALID)
+    for key, value in edit.items():
+        node = data
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    exc = refused(dump(data))
+    assert re.search(message, at(exc, path).message), str(exc)
 
 
 section_keys = {

@@ -148,10 +148,47 @@ class ExperimentConfig(_Section):
                 f"{type(estimator).__name__} has no parameter {name!r}{hint}",
                 name,
             )
+        searched = {str(loc[-1]) for loc, _dim in _dimensions(search.space)}
         if self.scheduler is not None:
+            resource = self.scheduler.resource
             why = check_resource_problem(self.scheduler, estimator)
+            if why is None and resource in searched:
+                why = (
+                    f"{resource!r} is also searched over in search.space, and the scheduler "
+                    "sets it at every rung (min_resource to max_resource): remove it from "
+                    "search.space, or count another resource"
+                )
             if why is not None:
-                problems.add(("scheduler", "resource"), why, self.scheduler.resource)
+                problems.add(("scheduler", "resource"), why, resource)
+        k = search.workers_per_trial
+        if k > 1:
+            why = _gang_problem(k, estimator)
+            if why is not None:
+                problems.add(("search", "workers_per_trial"), why, k)
+        if self.ensemble is not None:
+            # Selection needs every trial's out-of-fold predictions (keep_oof).
+            for needs, what in (
+                (self.scheduler is not None, "the scheduler section"),
+                (k > 1, "search.workers_per_trial > 1 (set it to 1)"),
+            ):
+                if needs:
+                    problems.add(
+                        ("ensemble",),
+                        "ensemble selection needs each trial's out-of-fold predictions, "
+                        f"which are not kept with {what} yet: remove one of the two",
+                    )
+
+
+def _gang_problem(k: int, estimator: Any) -> str | None:
+    """Why trials of ``estimator`` cannot run on gangs of ``k`` workers (None: they can)."""
+    from ..exceptions import InvalidParameterError
+    from ..runner.gang_trials import check_workers_per_trial
+
+    try:
+        check_workers_per_trial(k, estimator)
+    except InvalidParameterError as exc:
+        return str(exc).removeprefix(f"{exc.param}: ")
+    return None
 
 
 def _valid_under_choice(name: str, space: Any, loc: Loc) -> bool:
