@@ -12,6 +12,7 @@ The pruners are pure and live in :mod:`dmlsearch._pruners` (re-exported here).
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -89,8 +90,16 @@ class Trial:
 
     def report(self, value: float, step: int) -> None:
         """Record ``value`` at ``step`` (an epoch, a budget) and send it to the driver."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InvalidParameterError("step", f"must be an integer >= 0, got {step!r}")
+        # An int64 at most: the step travels to the scheduler (msgpack) and the registry.
+        if (
+            isinstance(step, bool)
+            or not isinstance(step, numbers.Integral)
+            or not 0 <= step < 2**63
+        ):
+            raise InvalidParameterError(
+                "step", f"must be an integer >= 0 (below 2**63), got {step!r}"
+            )
+        step = int(step)
         try:
             number = float(value)
         except (TypeError, ValueError):

@@ -13,6 +13,7 @@ stream; a pruner (:mod:`dmlsearch._pruners`: ``"median"``, ``"asha"``, ``"halvin
 from __future__ import annotations
 
 import logging
+import numbers
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +107,7 @@ def check_objective_args(objective: Any, n_trials: Any, direction: Any) -> float
         raise InvalidParameterError(
             "objective", f"must be a callable objective(params, trial), got {objective!r}"
         )
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+    if not _is_int(n_trials) or n_trials < 1:
         raise InvalidParameterError("n_trials", f"must be an integer >= 1, got {n_trials!r}")
     if direction not in ("maximize", "minimize"):
         raise InvalidParameterError(
@@ -167,6 +168,11 @@ def _tick(*hooks: Any) -> Callable[[], None]:
     return tick
 
 
+def _is_int(value: Any) -> bool:
+    """An integer (NumPy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_run_args(
     dashboard: Any,
     trial_timeout: Any,
@@ -174,8 +180,14 @@ def check_run_args(
     resume: Any,
     registry: Any,
     experiment_name: Any,
+    max_concurrent_trials: Any = None,
 ) -> None:
     """Refuse bad run settings before any work."""
+    m = max_concurrent_trials
+    if m is not None and (not _is_int(m) or m < 1):
+        raise InvalidParameterError(
+            "max_concurrent_trials", f"must be an integer >= 1 or None, got {m!r}"
+        )
     for label, value in (("dashboard", dashboard), ("resume", resume)):
         if not isinstance(value, bool):
             raise InvalidParameterError(label, f"must be True or False, got {value!r}")
@@ -183,7 +195,7 @@ def check_run_args(
         isinstance(trial_timeout, int | float) and trial_timeout > 0
     ):
         raise InvalidParameterError("trial_timeout", f"must be > 0 or None, got {trial_timeout!r}")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+    if not _is_int(max_retries) or max_retries < 0:
         raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
     if resume and (registry is None or experiment_name is None):
         raise InvalidParameterError(
@@ -276,7 +288,13 @@ def optimize(
     pruner = make_pruner(
         scheduler, min_resource, reduction_factor, warmup_steps, min_trials, max_resource, n_trials
     )
-    check_run_args(dashboard, trial_timeout, max_retries, resume, registry, experiment_name)
+    check_run_args(
+        dashboard, trial_timeout, max_retries, resume, registry, experiment_name,
+        max_concurrent_trials,
+    )  # fmt: skip
+    n_trials, max_retries = int(n_trials), int(max_retries)
+    if max_concurrent_trials is not None:
+        max_concurrent_trials = int(max_concurrent_trials)
     seed = resolve_seed(random_state)
     search_space = as_space(space)
     built = make_strategy(strategy, search_space, n_trials, seed)

@@ -7,6 +7,7 @@ import pickle
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dmlsearch import Categorical, Float, InvalidParameterError, Registry, optimize
@@ -175,6 +176,10 @@ def test_a_trial_outside_a_run_reports_locally_and_never_stops() -> None:
         trial.report(0.5, -1)
     with pytest.raises(InvalidParameterError, match="number"):
         trial.report("high", 1)  # type: ignore[arg-type]
+    trial.report(0.7, np.int64(4))  # NumPy's integers count, as Optuna's do
+    assert trial.intermediate[4] == 0.7 and type(next(reversed(trial.intermediate))) is int
+    with pytest.raises(InvalidParameterError, match="2\\*\\*63"):
+        trial.report(0.5, 2**64)  # would break the worker's messages to the scheduler
 
 
 def test_resume_checks_the_kind_and_the_objective_of_the_experiment() -> None:
@@ -216,6 +221,8 @@ NOT_A_CLUSTER = "tcp://127.0.0.1:1"  # reaching it would fail otherwise: nothing
         ({"min_resource": 0}, "min_resource"),
         ({"trial_timeout": -1}, "trial_timeout"),
         ({"random_state": -3}, "random_state"),
+        ({"max_concurrent_trials": 0}, "max_concurrent_trials"),
+        ({"max_concurrent_trials": 1.5}, "max_concurrent_trials"),
     ],
 )
 def test_bad_input_raises_before_any_work(kwargs: dict[str, Any], param: str) -> None:
@@ -250,6 +257,27 @@ def test_a_quadratic_objective_finds_its_optimum_region(cluster: Any, client: An
     assert low.best_params == result.best_params and low.best_value == -result.best_value
     # The page's best is the least distance too.
     assert _page_state(cluster, name)["best"] == pytest.approx(low.best_value)
+
+
+@pytest.mark.cluster
+def test_a_minimised_experiment_ranks_least_first_in_the_registry(
+    client: Any, tmp_path: Any
+) -> None:
+    def distance(params: dict[str, Any], trial: Trial) -> float:
+        return (params["x"] - 2.0) ** 2
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    result = optimize(
+        distance, {"x": Float(-5.0, 5.0)}, n_trials=np.int64(8), client=client,
+        random_state=0, direction="minimize", registry=url, experiment_name="low",
+    )  # fmt: skip
+    values = sorted(t.value for t in result.trials if t.value is not None)
+    with Registry(url) as registry:
+        assert list(registry.leaderboard("low", k=3)["value"]) == values[:3]
+        summary = registry.experiments().set_index("name").loc["low"]
+        assert summary["best_value"] == result.best_value == values[0]
+        study = registry.to_optuna("low")
+        assert study.direction.name == "MINIMIZE" and study.best_value == values[0]
 
 
 @pytest.mark.cluster

@@ -5,10 +5,11 @@ Separate from the model versions (``_registry_models``): the two share only the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._base import NotFoundError
+from ._base import COMPLETE, NotFoundError
 from ._checks import check_count, check_states
 from ._registry_core import _RegistryCore
 
@@ -48,6 +49,9 @@ class _RegistryRuns(_RegistryCore):
         rows = []
         for exp in self.store.list_experiments():
             n_trials, best = summaries.get(exp.id, (0, None))
+            if _minimized(exp):  # the store's summary is the greatest value
+                values = [t.value for t in self._ranked(exp, None)[:1]]
+                best = values[0] if values else None
             rows.append(
                 {
                     "id": exp.id,
@@ -72,19 +76,33 @@ class _RegistryRuns(_RegistryCore):
         return self.store.trials_dataframe(exp.id, state=state)
 
     def leaderboard(self, experiment: str | int, k: int = 10) -> pd.DataFrame:
-        """The ``k`` best completed trials, best first."""
+        """The ``k`` best completed trials, best first (least first for an experiment of
+        :func:`dmlsearch.optimize` with ``direction="minimize"``)."""
         import pandas as pd
 
         check_count("k", k, "a number of trials")
         exp = self.experiment(experiment)
         rows = [
             {"number": t.number, "value": t.value, **{f"param_{n}": v for n, v in t.params.items()}}
-            for t in self.store.leaderboard(exp.id, k=k)
+            for t in self._ranked(exp, k)
         ]
         return pd.DataFrame(rows)
 
+    def _ranked(self, exp: Any, k: int | None) -> list[Any]:
+        """``exp``'s ``k`` best completed trials (None: all), best first."""
+        if not _minimized(exp):
+            return self.store.leaderboard(exp.id, k=k if k is not None else 2**31 - 1)
+        done = [
+            t
+            for t in self.store.get_trials(exp.id, state=COMPLETE)
+            if t.value is not None and not math.isnan(t.value)
+        ]
+        done.sort(key=lambda t: (t.value, t.number))
+        return done if k is None else done[:k]
+
     def to_optuna(self, experiment: str | int, storage: Any = None) -> Any:
-        """Copy an experiment's trials into an Optuna study (maximised objective).
+        """Copy an experiment's trials into an Optuna study (maximised objective; minimised
+        for an experiment of :func:`dmlsearch.optimize` with ``direction="minimize"``).
 
         ``optuna.visualization`` and optuna-dashboard then work on our trials. ``storage``
         is any Optuna storage (URL or object); default in memory. Distributions are
@@ -97,7 +115,10 @@ class _RegistryRuns(_RegistryCore):
         trials = self.store.get_trials(exp.id)
         distributions = _infer_distributions([t.params for t in trials])
         study = optuna.create_study(
-            study_name=exp.name, storage=storage, direction="maximize", load_if_exists=False
+            study_name=exp.name,
+            storage=storage,
+            direction="minimize" if _minimized(exp) else "maximize",
+            load_if_exists=False,
         )
         study.set_user_attr("dmlsearch_experiment_id", exp.id)
         frozen = []
@@ -150,3 +171,9 @@ def _infer_distributions(all_params: Sequence[Mapping[str, Any]]) -> dict[str, A
                     choices.append(v)
             out[key] = CategoricalDistribution(choices)
     return out
+
+
+def _minimized(exp: Any) -> bool:
+    """Whether ``exp``'s values are better smaller (``optimize(direction="minimize")``):
+    every other experiment's are better greater, as the store ranks them."""
+    return (exp.config or {}).get("direction") == "minimize"
