@@ -107,9 +107,13 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
             step, value = int(message["step"]), float(message["value"])
         except (KeyError, TypeError, ValueError):
             return
+        if number in self.stopped:
+            # Reported before the trial saw its stop: no rung it passed, so no peer of the
+            # trials judged there (it shows when recorded, if the trial went on anyway).
+            return
         self.curves[number][step] = self.sign * value
-        if self.pruner is None or number in self.stopped:
-            return  # (a stopped trial's later rungs show when it is recorded, if it went on)
+        if self.pruner is None:
+            return
         self._show_rungs(number)
         reason = self.pruner.stop(number, self.curves, frozenset(self.running))
         if reason is not None:
@@ -144,7 +148,12 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
             result.bracket = self.pruner.bracket_of(result.number)
         self.running.discard(result.number)
         if result.intermediate:  # the worker's own curve is complete (reports can be late)
-            self.curves[result.number] = {s: self.sign * v for s, v in result.intermediate.items()}
+            curve = {s: self.sign * v for s, v in result.intermediate.items()}
+            known = self.curves.get(result.number)
+            if result.state == PRUNED and result.number in self.stopped and known:
+                # Steps after the one it was stopped at were never judged: not counted.
+                curve = {s: v for s, v in curve.items() if s <= max(known)}
+            self.curves[result.number] = curve
         if result.state != PRUNED:  # it went on past any stop: each rung it reached counts
             self._show_rungs(result.number)  # (and the reports that came too late)
         score = None

@@ -21,6 +21,7 @@ from dmlsearch._objective import (
 )
 from dmlsearch._pruners import RungReport, make_pruner
 from dmlsearch.schedulers import assign_brackets
+from dmlsearch.space import as_space
 
 STEPS = 8
 
@@ -166,6 +167,30 @@ def test_hyperband_pruner_ranks_a_trial_in_its_own_bracket_only() -> None:
     reason = pruner.stop(5, curves, frozenset())
     assert reason is not None and "bracket 1" in reason and "top 1 of 2" in reason
     assert pickle.dumps(pruner) == before  # it never writes into itself
+
+
+def test_reports_a_stopped_trial_sends_before_it_sees_the_stop_are_no_rung_it_passed() -> None:
+    from dmlsearch._objective_source import ObjectiveSource
+    from dmlsearch.strategies import make_strategy
+
+    values = [10.0, 1.0, 2.0, 3.0, 4.0, 11.0]  # trial 5: the best at step 1, 7 at step 3
+    space = as_space({"q": Categorical(values)})
+    stopped: list[int] = []
+    source = ObjectiveSource(
+        make_strategy("grid", space, len(values), 0), 0, sign=1.0,
+        pruner=make_pruner("asha", 1, 3, 0, 5, 9, len(values)), stop=stopped.append,
+        stop_event=lambda number: None, on_finish=lambda outcome: None,
+    )  # fmt: skip
+    units: list[Any] = [source.propose() for _ in values]
+    for unit in units[:5]:
+        for step in (1, 2, 3):  # trials 1-4 are stopped at step 1 and report on regardless
+            source.reported(unit, {"step": step, "value": unit.payload.params["q"]})
+    assert stopped == [1, 2, 3, 4]
+    source.reported(units[5], {"step": 1, "value": 11.0})
+    source.reported(units[5], {"step": 3, "value": 7.0})
+    # At step 3 it is judged against trial 0 alone (10 > 7: not the top 1 of 2). Counting
+    # the stopped trials' late values (1-4) would have kept it, in the top 2 of 6.
+    assert stopped == [1, 2, 3, 4, 5]
 
 
 def test_a_trial_outside_a_run_reports_locally_and_never_stops() -> None:
