@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._evaluate import _worker_name
+from ._evaluate import _deadline, _worker_name
 from ._pruners import AshaPruner, HyperbandPruner, MedianPruner, Pruner
-from ._states import COMPLETE, FAILED
-from .exceptions import InvalidParameterError
+from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
+from .exceptions import InvalidParameterError, TrialTimeoutError
 from .runner.reports import report_progress
 from .runner.units import Unit, UnitKind, UnitPolicy
 
@@ -140,11 +140,17 @@ def _value(returned: Any, trial: Trial) -> tuple[float | None, str | None]:
 
 def run_objectives(
     objective: Callable[[dict[str, Any], Trial], Any],
+    trial_timeout: float | None,
     payloads: Sequence[ObjectiveSpec],
     start_by: float | None,
     stop_by: float | None,
 ) -> list[ObjectiveOutcome]:
-    """The task function of an objective's trials (see ``UnitKind.function``)."""
+    """The task function of an objective's trials (see ``UnitKind.function``).
+
+    A trial still running after ``trial_timeout`` seconds (or at ``stop_by``) is stopped
+    in its thread, as a ``SearchCV`` trial is: recorded ``timeout`` (``stopped``) with the
+    steps it reported.
+    """
     out = []
     for spec in payloads:
         if start_by is not None and time.time() > start_by:
@@ -153,11 +159,23 @@ def run_objectives(
         started = time.time()
         value: float | None = None
         error: str | None = None
+        seconds, by_budget = _seconds(trial_timeout, stop_by)
+        state = COMPLETE
         try:
-            value, error = _value(objective(dict(spec.params), trial), trial)
+            with _deadline(seconds):
+                value, error = _value(objective(dict(spec.params), trial), trial)
+        except TrialTimeoutError:
+            state = STOPPED if by_budget else TIMEOUT
+            error = (
+                f"trial {spec.number} was still running when the time budget ran out"
+                if by_budget
+                else f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
+                f"{trial_timeout}s and was stopped"
+            )
         except Exception:
             error = traceback.format_exc()
-        state = FAILED if error is not None else (PRUNED if trial._stopped else COMPLETE)
+        if state == COMPLETE:
+            state = FAILED if error is not None else (PRUNED if trial._stopped else COMPLETE)
         out.append(
             ObjectiveOutcome(
                 spec.number,
@@ -175,6 +193,16 @@ def run_objectives(
     return out
 
 
+def _seconds(trial_timeout: float | None, stop_by: float | None) -> tuple[float | None, bool]:
+    """Seconds a trial may run, and whether the time budget (not trial_timeout) binds."""
+    if stop_by is None:
+        return trial_timeout, False
+    left = max(stop_by - time.time(), 0.0)
+    if trial_timeout is None or left < trial_timeout:
+        return left, True
+    return trial_timeout, False
+
+
 class ObjectiveKind(UnitKind[ObjectiveSpec, ObjectiveOutcome]):
     """A trial of a user objective: one per task, so a pruner decides on fresh values."""
 
@@ -188,7 +216,8 @@ class ObjectiveKind(UnitKind[ObjectiveSpec, ObjectiveOutcome]):
         return run_objectives
 
     def shared(self) -> tuple[Any, ...]:
-        return (self.objective,)
+        timeout = self.policy.timeout
+        return (self.objective, None if timeout is None else float(timeout))
 
     def result_id(self, result: ObjectiveOutcome) -> int:
         return result.number

@@ -284,6 +284,29 @@ def test_a_quadratic_objective_finds_its_optimum_region(cluster: Any, client: An
     assert _page_state(cluster, name)["best"] == pytest.approx(low.best_value)
 
 
+def _sleeper(params: dict[str, Any], trial: Trial) -> float:
+    end = time.time() + params["t"]
+    step = 0
+    while time.time() < end:  # pure Python: stopped between bytecodes
+        trial.report(1.0, step)
+        step += 1
+        time.sleep(0.02)
+    return float(params["t"])
+
+
+@pytest.mark.cluster
+def test_trial_timeout_stops_a_trial_in_its_thread_keeping_its_steps(client: Any) -> None:
+    result = optimize(
+        _sleeper, {"t": Categorical([0.1, 30.0])}, n_trials=2, strategy="grid", client=client,
+        trial_timeout=1.0, dashboard=False,
+    )  # fmt: skip
+    quick, slow = result.trials
+    assert quick.state == "complete" and quick.value == 0.1
+    assert slow.state == "timeout" and "trial_timeout=1.0" in (slow.error or "")
+    assert slow.duration < 10 and len(slow.intermediate) > 5
+    assert result.stats.hard_timeouts == 0  # no worker restarted
+
+
 @pytest.mark.cluster
 def test_a_minimised_experiment_ranks_least_first_in_the_registry(
     client: Any, tmp_path: Any
