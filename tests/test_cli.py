@@ -587,6 +587,9 @@ def test_report_to_a_path_that_cannot_be_written(in_tmp: Path) -> None:
     result = invoke("report", "exp", "--registry", url, "-o", "taken/out.html")
     assert_clean_failure(result, 2, "taken")
     assert len(result.stderr.strip().splitlines()) == 1
+    (in_tmp / "reports").mkdir()
+    result = invoke("report", "exp", "--registry", url, "-o", "reports")
+    assert_clean_failure(result, 2, "reports: is a folder: give the report a file name")
 
 
 # -- names users expect, deleting ----------------------------------------------------------------

@@ -696,6 +696,15 @@ def test_build_search_maps_every_field(tmp_path: Path) -> None:
     )
 
 
+def test_an_ensemble_section_s_default_n_init_fits_a_small_size() -> None:
+    from dmlsearch.config._ensemble import EnsembleSection
+
+    assert EnsembleSection(kind="selection", size=3).selection_kwargs()["n_init"] == 3
+    assert EnsembleSection(kind="selection").selection_kwargs()["n_init"] == 5
+    with pytest.raises(ValueError, match=r"n_init \(4\) must be <= size \(3\)"):
+        EnsembleSection(kind="selection", size=3, n_init=4)
+
+
 def test_build_search_maps_workers_per_trial_for_a_model_that_takes_gangs() -> None:
     pytest.importorskip("xgboost")
     cfg = parse_config(

@@ -18,14 +18,15 @@ class EnsembleSection(_Section):
 
     kind: Literal["selection"]
     size: PosInt = 50
-    n_init: PosInt = 5
+    #: None: 5, or ``size`` when that is smaller.
+    n_init: PosInt | None = None
     max_candidates: PosInt = 50
     model_name: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> EnsembleSection:
         problems = _Problems()
-        if self.n_init > self.size:
+        if self.n_init is not None and self.n_init > self.size:
             problems.add(("n_init",), f"n_init ({self.n_init}) must be <= size ({self.size})")
         if self.model_name is not None and not self.model_name.strip():
             problems.add(("model_name",), "expected a non-empty model name")
@@ -36,6 +37,6 @@ class EnsembleSection(_Section):
         """The ``EnsembleSelection`` arguments this section stands for."""
         return {
             "ensemble_size": self.size,
-            "n_init": self.n_init,
+            "n_init": min(5, self.size) if self.n_init is None else self.n_init,
             "max_candidates": self.max_candidates,
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import errno
 import html
 import json
 import os
@@ -115,6 +116,10 @@ def _page(exp: ExperimentRecord, heading: str, body: Sequence[str]) -> str:
 
 def _write(text: str, path: str | os.PathLike[str]) -> Path:
     out = Path(path)
+    if out.is_dir():
+        raise IsADirectoryError(
+            errno.EISDIR, "is a folder: give the report a file name (e.g. report.html)", str(out)
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target, then renamed: a reader never sees half a report.
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
