@@ -774,6 +774,30 @@ def test_data_that_cannot_load_is_refused_before_a_cluster_starts(
     assert no_cluster == []
 
 
+def test_text_columns_for_a_model_of_numbers_are_refused_before_a_cluster_starts(
+    tmp_path: Path, no_cluster: list[str]
+) -> None:
+    (tmp_path / "text_zz_loader.py").write_text(
+        "import pandas as pd\n\n\ndef load():\n"
+        "    X = pd.DataFrame({'city': ['x', 'y'] * 10, 'n': ['1', '2'] * 10, 'v': range(20)})\n"
+        "    return X, [0, 1] * 10\n"
+    )
+    data = with_value("data", {"loader": "text_zz_loader:load"})
+    data["model"] = "sklearn.linear_model.LogisticRegression"
+    data["search"]["space"] = {"C": [1.0]}
+    del data["scheduler"]
+    data["registry"] = {"url": f"sqlite:///{tmp_path / 'r.db'}"}
+    file = tmp_path / "exp.yaml"
+    file.write_text(dump(data))
+    with pytest.raises(ConfigError) as info:
+        run_experiment(load_config(file), progress=False)
+    check_error(info.value)
+    # 'n' holds numbers as text, which scikit-learn converts: only 'city' is named.
+    message = at(info.value, "data").message
+    assert "column 'city' holds text, and LogisticRegression takes numbers" in message
+    assert no_cluster == []
+
+
 @settings(EXAMPLES, max_examples=20)
 @given(wrong_values)
 def test_the_cli_refuses_a_bad_file_before_any_work(

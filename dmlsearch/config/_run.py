@@ -90,6 +90,7 @@ def run_experiment(
             cfg, registry, overwrite, "`dmlsearch resume` continues it, "
         )
         X, y = load_data(cfg)
+        _check_text_columns(cfg, X)
         with open_client(cfg) as client:
             if exists:
                 _delete(cfg, registry, on_overwrite)
@@ -100,6 +101,46 @@ def run_experiment(
             if cfg.ensemble is not None:
                 _select_ensemble(cfg, cfg.ensemble, search, X, y, client, registry, on_ensemble)
     return search
+
+
+def _check_text_columns(cfg: ExperimentConfig, X: Any) -> None:
+    """ConfigError at ``data`` for columns of text given to a scikit-learn model that takes
+    numbers only (no Pipeline, ColumnTransformer or FeatureUnion to encode them), before a
+    cluster starts: else every trial fails on a worker with the same ValueError."""
+    dtypes = getattr(X, "dtypes", None)
+    if cfg.model is None or dtypes is None or getattr(X, "ndim", 0) != 2:
+        return
+    from .build import build_model
+
+    estimator = build_model(cfg)
+    if not type(estimator).__module__.startswith("sklearn.") or any(
+        hasattr(v, "steps") or hasattr(v, "transformers") or hasattr(v, "transformer_list")
+        for v in [estimator, *estimator.get_params(deep=True).values()]
+    ):
+        return  # it may encode them, or take them as they are (other libraries' models)
+    import pandas as pd
+
+    text = []
+    for column, dtype in dtypes.items():
+        if pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype):
+            values = X[column]
+            numbers = pd.to_numeric(values, errors="coerce")
+            if int(numbers.isna().sum()) > int(values.isna().sum()):
+                text.append(str(column))
+    if text:
+        shown = ", ".join(repr(c) for c in text[:5]) + (", ..." if len(text) > 5 else "")
+        what = f"columns {shown} hold" if len(text) > 1 else f"column {shown} holds"
+        path = "data.features" if cfg.data.path is not None else "data"
+        raise ConfigError(
+            [
+                Problem(
+                    path,
+                    f"{what} text, and {type(estimator).__name__} takes "
+                    "numbers: list the numeric columns in data.features, or make the model a "
+                    "Pipeline that encodes them (a ColumnTransformer with a OneHotEncoder)",
+                )
+            ]
+        )
 
 
 def _select_ensemble(
