@@ -363,7 +363,7 @@ def test_scheduler_address_example(in_tmp: Path, scheduler_and_worker: str) -> N
         f"cluster.address={scheduler_and_worker}",
     )
     assert out["experiment"] == "wine-random-forest" and out["n_trials"] == 3
-    assert out["failed"] == 0 and 0.5 < out["best_score"] <= 1
+    assert out["failed"] == 0 and out["stopped"] == 0 and 0.5 < out["best_score"] <= 1
 
 
 # -- bad input: one clear message, exit code 2, no traceback -----------------------------------
@@ -792,3 +792,19 @@ def test_run_overwrite_replaces_only_when_it_can_run(in_tmp: Path, client: Clien
     assert [(e["id"], e["name"], e["trials"]) for e in listed] == [
         (second["experiment_id"], "quickstart-digits", 2)
     ]
+
+
+def test_the_run_summary_counts_budget_stops_apart_from_failures() -> None:
+    from types import SimpleNamespace
+
+    from dmlsearch.cli._run import _result
+
+    states = ["complete", "failed", "timeout", "stopped", "complete"]
+    search = SimpleNamespace(
+        trials_=[SimpleNamespace(number=i, state=s) for i, s in enumerate(states)],
+        scoring="accuracy",
+        refit=True,
+        experiment_name="e",
+    )
+    out = _result(search, 1.0)
+    assert out["n_trials"] == 5 and out["failed"] == 2 and out["stopped"] == 1

@@ -68,9 +68,10 @@ def _run(
         _echo_json(result)
         return
     console = _console()
+    stopped = f", {result['stopped']} stopped by the time budget" if result["stopped"] else ""
     console.print(
         f"[bold]{result['experiment']}[/bold]: {result['n_trials']} trials "
-        f"({result['failed']} failed) in {result['elapsed']:.1f}s"
+        f"({result['failed']} failed{stopped}) in {result['elapsed']:.1f}s"
     )
     if result["best_score"] is not None:
         console.print(
@@ -134,7 +135,9 @@ def _result(search: Any, elapsed: float) -> dict[str, Any]:
         "experiment": getattr(search, "experiment_name_", search.experiment_name),
         "experiment_id": getattr(search, "experiment_id_", None),
         "n_trials": len(last),
-        "failed": sum(1 for t in last.values() if t.state != "complete"),
+        "failed": sum(1 for t in last.values() if t.state in ("failed", "timeout")),
+        # Still running when the time budget ran out: expected, not failures.
+        "stopped": sum(1 for t in last.values() if t.state == "stopped"),
         "elapsed": elapsed,
         "metric": metric if isinstance(metric, str) else "score",
         "best_score": getattr(search, "best_score_", None),
