@@ -250,9 +250,9 @@ def _run_fold(
     return fold
 
 
-def _limit(context: EvalContext, stop_by: float | None) -> tuple[float | None, bool]:
-    """Seconds this trial may run, and whether the time budget (not trial_timeout) binds."""
-    timeout = context.trial_timeout
+def run_limit(timeout: float | None, stop_by: float | None) -> tuple[float | None, bool]:
+    """Seconds a trial may run (its ``timeout``, or less where the time budget ends at
+    ``stop_by`` first), and whether the time budget (not the timeout) binds."""
     if stop_by is None:
         return timeout, False
     left = max(stop_by - time.time(), 0.0)
@@ -283,7 +283,7 @@ def run_trial(
     score_times: list[float] = []
     error: str | None = None
     state = COMPLETE
-    seconds, by_budget = _limit(context, stop_by)
+    seconds, by_budget = run_limit(context.trial_timeout, stop_by)
     oof = None if context.oof is None else OofAssembler(context.oof)
     oof_ref: OofRef | None = None
     try:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._evaluate import _deadline, _worker_name
+from ._evaluate import _deadline, _worker_name, run_limit
 from ._pruners import AshaPruner, HyperbandPruner, MedianPruner, Pruner
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from .exceptions import InvalidParameterError, TrialTimeoutError
@@ -159,7 +159,7 @@ def run_objectives(
         started = time.time()
         value: float | None = None
         error: str | None = None
-        seconds, by_budget = _seconds(trial_timeout, stop_by)
+        seconds, by_budget = run_limit(trial_timeout, stop_by)
         state = COMPLETE
         try:
             with _deadline(seconds):
@@ -191,16 +191,6 @@ def run_objectives(
             )
         )
     return out
-
-
-def _seconds(trial_timeout: float | None, stop_by: float | None) -> tuple[float | None, bool]:
-    """Seconds a trial may run, and whether the time budget (not trial_timeout) binds."""
-    if stop_by is None:
-        return trial_timeout, False
-    left = max(stop_by - time.time(), 0.0)
-    if trial_timeout is None or left < trial_timeout:
-        return left, True
-    return trial_timeout, False
 
 
 class ObjectiveKind(UnitKind[ObjectiveSpec, ObjectiveOutcome]):

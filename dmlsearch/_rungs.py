@@ -34,11 +34,11 @@ from ._evaluate import (
     TrialOutcome,
     _deadline,
     _index_fit_params,
-    _limit,
     _num_samples,
     _quiet_warnings,
     _score,
     _worker_name,
+    run_limit,
 )
 from ._rung_cache import Held, drop_states, held_states, put, take
 from ._rung_store import StateStore
@@ -276,7 +276,7 @@ def run_rung_step(
     held, from_store, store_time = _held_state(context, spec, worker)
     n = len(ev.splits)
     state, error = COMPLETE, None
-    seconds, by_budget = _limit(ev, stop_by)
+    seconds, by_budget = run_limit(ev.trial_timeout, stop_by)
     try:
         with _deadline(seconds):
             step = _run_folds(data, context, spec, held)
