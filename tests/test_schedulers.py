@@ -236,6 +236,8 @@ def test_asha_keeps_is_asha_s_rule_decided_at_once() -> None:
         (lambda: rung_resources(0, 81, 3), "min_resource", ["[1, 81]", "got 0"]),
         (lambda: hyperband_brackets(0, 3), "max_resource", [">= 1", "got 0"]),
         (lambda: hyperband_brackets(True, 3), "max_resource", ["True"]),
+        (lambda: hyperband_brackets(2**70, 3), "max_resource", ["below 2**63", str(2**70)]),
+        (lambda: ASHA(1, 27, 2**63), "reduction_factor", ["below 2**63"]),
         (lambda: SuccessiveHalving(1, 27, 3, n_trials=0), "n_trials", [">= 1", "got 0"]),
         (lambda: ASHA(3, 27, 3, max_total_resource=2), "max_total_resource", [">= 3"]),
         (lambda: MedianStopping(10, min_trials=0), "min_trials", [">= 1"]),

@@ -15,6 +15,9 @@ from typing import Any, Final
 
 from ..exceptions import InvalidParameterError
 
+#: Counts and resources past int64 cannot reach a worker or the registry.
+_INT64_MAX: Final = 2**63 - 1
+
 __all__ = [
     "DONE",
     "WAIT",
@@ -246,12 +249,17 @@ def rank(scores: Mapping[int, float]) -> list[int]:
 
 
 def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high]``, else :class:`InvalidParameterError` naming both."""
-    allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+    """``value`` as an int in ``[low, high]``, else :class:`InvalidParameterError` naming both.
+
+    Without ``high`` the bound is int64's: a resource or count past it cannot reach a worker
+    (Dask's messages) or the registry.
+    """
+    allowed = f">= {low} (below 2**63)" if high is None else f"in [{low}, {high}]"
+    high = _INT64_MAX if high is None else high
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise InvalidParameterError(name, f"must be an integer {allowed}, got {value!r}")
     value = int(value)
-    if value < low or (high is not None and value > high):
+    if value < low or value > high:
         raise InvalidParameterError(name, f"must be an integer {allowed}, got {value}")
     return value
 

@@ -11,6 +11,7 @@ import torch
 
 from ..ensemble._common import check_bool
 from ..exceptions import DmlsearchError, InvalidParameterError
+from ..registry._checks import INT64_MAX
 from ._data import head
 from ._device import check_device_params
 from ._trial import try_batch
@@ -41,9 +42,16 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 def check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
     if none and value is None:
         return
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+    # Past int64 a count cannot reach the ranks (Dask's messages), torch or the registry.
+    if (
+        not isinstance(value, numbers.Integral)
+        or isinstance(value, bool)
+        or not low <= value <= INT64_MAX
+    ):
         extra = " or None" if none else ""
-        raise InvalidParameterError(name, f"expected an int >= {low}{extra}, got {value!r}")
+        raise InvalidParameterError(
+            name, f"expected an int >= {low}{extra} (below 2**63), got {value!r}"
+        )
 
 
 def check_name(name: str, value: Any, what: str = "model name") -> None:

@@ -46,6 +46,7 @@ from skorch.callbacks import BatchScoring, EpochScoring
 from skorch.utils import is_dataset, to_numpy
 
 from ..exceptions import InvalidParameterError
+from ..registry._checks import INT64_MAX
 from ._checks import TRAINER_DEFAULTS, check_trainer_options
 from ._data import check_finite, check_numeric
 from ._inputs import _float32, check_rows, labels_of, try_first_rows
@@ -174,9 +175,11 @@ class _TorchEstimator:
         for name in ("max_epochs", "batch_size"):
             value = getattr(self, name)
             whole = name == "batch_size" and _is_int(value) and int(value) == -1
-            if not (_is_int(value) and int(value) >= 1) and not whole:
+            if not (_is_int(value) and 1 <= int(value) <= INT64_MAX) and not whole:
                 extra = " (or -1: the whole data set)" if name == "batch_size" else ""
-                raise InvalidParameterError(name, f"expected an int >= 1{extra}, got {value!r}")
+                raise InvalidParameterError(
+                    name, f"expected an int >= 1{extra} (below 2**63), got {value!r}"
+                )
         lr = self.lr
         if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not float(lr) > 0:
             raise InvalidParameterError("lr", f"expected a learning rate > 0, got {lr!r}")
