@@ -46,7 +46,7 @@ def check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
     if (
         not isinstance(value, numbers.Integral)
         or isinstance(value, bool)
-        or not low <= value <= INT64_MAX
+        or not low <= int(value) <= INT64_MAX
     ):
         extra = " or None" if none else ""
         raise InvalidParameterError(
