@@ -206,16 +206,32 @@ def test_median_stopping_runs_steps_and_stops_poor_trials(steady, digits):
     assert float(np.sum(r["work"])) == sum(_highest(search).values())
 
 
-def test_a_grid_smaller_than_the_schedule_fills_what_it_can(steady, digits):
+@pytest.mark.parametrize(
+    ("scheduler", "alphas", "candidates"),
+    [
+        ("halving", [1e-4, 1e-3, 1e-2, 1e-1], [4, 3, 1]),
+        ("halving", [1e-4, 1e-1], [2, 2, 1]),
+        ("halving", [1e-3], [1, 1, 1]),
+        ("hyperband", [1e-4, 1e-1], None),
+        ("hyperband", [1e-3], None),
+    ],
+)
+def test_a_grid_smaller_than_the_schedule_takes_its_best_to_the_top(
+    steady, digits, scheduler, alphas, candidates
+):
     X, y = digits
-    space = {"alpha": [1e-4, 1e-3, 1e-2, 1e-1]}
-    search = _search(steady, space=space, strategy="grid", scheduler="halving").fit(X, y)
+    space = {"alpha": alphas}
+    search = _search(steady, space=space, strategy="grid", scheduler=scheduler).fit(X, y)
     _check_rows(search)
-    # Halving schedules 9 trials at 1 epoch; the grid has 4. The 5 it could not start
-    # count in the rung as failed ones do (quota floor(9 / 3) = 3): the schedule above
-    # keeps its sizes, and the best trial reaches the top.
-    assert search.n_candidates_ == [4, 3, 1] and search.n_resources_ == [1, 3, 9]
+    # Halving schedules 9 trials at 1 epoch (rungs of 9, 3, 1); a smaller grid fills what
+    # it can, and the quotas stay the schedule's: the trials the grid could not start
+    # never shrink the rungs above, so the best trial reaches the top. Hyperband's first
+    # bracket is such a halving run, and the grid fills it alone.
+    if candidates is not None:
+        assert search.n_candidates_ == candidates and search.n_resources_ == [1, 3, 9]
     assert search.best_resource_ == 9
+    assert max(search.cv_results_["n_resources"]) == 9
+    assert float(np.sum(search.cv_results_["work"])) == sum(_highest(search).values())
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe"])

@@ -332,6 +332,28 @@ def test_halving_promotes_exactly_the_top_floor_n_over_eta_in_order() -> None:
     assert sh.finished(History.of(results)) == frozenset(range(9))
 
 
+def test_halving_keeps_the_schedules_quotas_when_trials_fail_or_never_start() -> None:
+    # A grid of 2 under a 9-trial schedule: 7 starts failed (the strategy had nothing to
+    # start). Rung 1 keeps its 3 places (both go on), rung 2 its 1 (the best goes on).
+    sh = SuccessiveHalving(1, 9, 3, n_trials=9)
+    results: dict[int, list[Any]] = {0: [(0, 1, 0.4)], 1: [(0, 1, 0.6)]}
+    failed = range(2, 9)
+    assert sh.propose(History.of(results, failed=failed)) == Promote(1, 1, 3, 1)
+    results[1].append((1, 3, 0.7))
+    assert sh.propose(History.of(results, failed=failed)) == Promote(0, 1, 3, 1)
+    results[0].append((1, 3, 0.8))
+    assert sh.propose(History.of(results, failed=failed)) == Promote(0, 2, 9, 3)
+    assert sh.finished(History.of(results, failed=failed)) == frozenset({1, *failed})
+    results[0].append((2, 9, 0.9))
+    assert sh.propose(History.of(results, failed=failed)) is DONE
+    # An explicit n_trials below eta**s_max keeps its literal schedule: rungs of 4, 1, 0.
+    short = SuccessiveHalving(1, 9, 3, n_trials=4)
+    four = {t: [(0, 1, t / 10)] for t in range(4)}
+    assert _drive(short, four) == [Promote(3, 1, 3, 1), WAIT]
+    four[3].append((1, 3, 0.5))
+    assert _drive(short, four) == [DONE]
+
+
 def test_halving_runs_to_the_top_rung_and_is_done() -> None:
     sh = SuccessiveHalving(1, 9, 3)  # n_trials = eta**s_max = 9
     sim = Sim(sh, workers=4, rng=random.Random(0))

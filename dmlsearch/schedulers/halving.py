@@ -102,19 +102,6 @@ def _scored(history: History, rung: int) -> dict[int, float]:
     return {t: s for t, s in history.at_rung(rung).items() if not math.isnan(s)}
 
 
-def _entered(history: History, rung: int) -> int:
-    """How many trials went into ``rung``: with a result there or above, or failed on
-    their way into it (a failed step, a start the strategy could not fill). The quota of a
-    rung counts them all, as scikit-learn's halving counts failed candidates: a trial that
-    fails must not shrink the schedule above it."""
-    return sum(
-        1
-        for t in history.results
-        if history.last_rung(t) >= rung
-        or (t in history.failed and history.last_rung(t) == rung - 1)
-    )
-
-
 def _rung_target(resources: tuple[int, ...], history: History, trial: int) -> int:
     """Resource ``trial`` has reached, or is being trained to if running."""
     reached = history.resource_reached(trial)
@@ -128,9 +115,12 @@ class SuccessiveHalving(Scheduler):
     """Synchronous successive halving over ``n_trials`` trials.
 
     Starts ``n_trials`` trials at ``rung_resources(...)[0]``; when every trial of rung ``k``
-    has ended, promotes the best ``floor(n_k / eta)`` of them (best first, ties by trial id;
-    ``n_k`` counts the trials that failed in rung ``k`` too)
-    to rung ``k + 1``; answers WAIT while a rung is incomplete and DONE after the top rung.
+    has ended, promotes the best ``rung_sizes(n_trials, eta, s)[k + 1]`` of them (best
+    first, ties by trial id) to rung ``k + 1``; answers WAIT while a rung is incomplete and
+    DONE after the top rung. The quotas are the schedule's, as scikit-learn's halving
+    counts failed candidates: trials that failed, scored NaN, or that the strategy could
+    not start (a grid smaller than ``n_trials``) never shrink the rungs above them, so a
+    small grid still takes its best trial to the top.
 
     ``n_trials`` defaults to ``eta**s_max``, so that one trial reaches ``R``. ``bracket``
     and ``first_trial`` place this run inside a :class:`~dmlsearch.schedulers.Hyperband`:
@@ -182,7 +172,7 @@ class SuccessiveHalving(Scheduler):
             if any(h.last_rung(t) == k - 1 for t in h.running):
                 return WAIT  # rung k is incomplete: nothing above it can move
             scores = _scored(h, k)
-            for trial in rank(scores)[: promotion_quota(_entered(h, k), self.reduction_factor)]:
+            for trial in rank(scores)[: self.sizes[k + 1]]:
                 if not _promoted(h, trial, k):
                     return Promote(
                         trial, k + 1, self.resources[k + 1], self.resources[k], self.bracket
@@ -192,8 +182,8 @@ class SuccessiveHalving(Scheduler):
     def finished(self, history: History) -> frozenset[int]:
         """Trials never to be continued: their trained state may be released.
 
-        Failed trials, trials at the top rung, and trials of a complete rung outside its top
-        ``floor(n_k / eta)``. A rung is complete once every trial promoted into it has a
+        Failed trials, trials at the top rung, and trials of a complete rung outside the
+        rung above's quota. A rung is complete once every trial promoted into it has a
         result there: its first arrivals are not judged on a partial rung.
         """
         h = self.own(history)
@@ -209,7 +199,7 @@ class SuccessiveHalving(Scheduler):
             if any(not _promoted(h, t, k - 1) for t in keep):
                 break  # promotions into rung k are still to come
             scores = _scored(h, k)
-            keep = set(rank(scores)[: promotion_quota(_entered(h, k), self.reduction_factor)])
+            keep = set(rank(scores)[: self.sizes[k + 1]])
             out.update(
                 t
                 for t in h.at_rung(k)
