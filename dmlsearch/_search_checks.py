@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from ._rung_store import check_state_store
 from ._scoring import Scoring, resolve_scoring
 from ._validation import check_search_params, check_space_names
-from .exceptions import InvalidParameterError
+from .exceptions import DmlsearchError, InvalidParameterError
 from .space import as_space
 
 if TYPE_CHECKING:
     from .search import SearchCV
 
-__all__ = ["validate_search"]
+__all__ = ["check_early_stopping", "validate_search"]
 
 #: Multi-fidelity parameters, with the value that means "not set".
 _FIDELITY_DEFAULTS = {
@@ -158,3 +158,36 @@ def _check_gang(search: SearchCV) -> None:
                 f"{search.workers_per_trial} yet (a gang's collective has its own timeout); "
                 f"drop it or use workers_per_trial=1",
             )
+
+
+def check_early_stopping(estimator: Any, search_space: Any, fit_params: dict[str, Any]) -> None:
+    """InvalidParameterError for xgboost early stopping without the ``eval_set`` it stops on.
+
+    xgboost's scikit-learn models with ``early_stopping_rounds`` need ``fit(...,
+    eval_set=...)``; without it every trial would fail on a worker with xgboost's message.
+    The final step of a Pipeline counts (``<step>__eval_set``).
+    """
+    final, prefix = estimator, ""
+    while hasattr(final, "steps") and isinstance(getattr(final, "steps", None), list):
+        if not final.steps:
+            return
+        name, final = final.steps[-1]
+        prefix += f"{name}__"
+    if not type(final).__module__.startswith("xgboost"):
+        return
+    key = f"{prefix}early_stopping_rounds"
+    try:
+        subspaces = as_space(search_space).subspaces
+    except DmlsearchError:  # the space's own check reports it
+        subspaces = ()
+    stops = getattr(final, "early_stopping_rounds", None) is not None or any(
+        key in sub for sub in subspaces
+    )
+    if stops and f"{prefix}eval_set" not in fit_params:
+        raise InvalidParameterError(
+            key,
+            f"{type(final).__name__} stops early on an eval_set, which fit was not given: "
+            f"pass fit(X, y, {prefix}eval_set=[(X_val, y_val)]) (the same rows for every "
+            "fold), or drop early_stopping_rounds and let a scheduler stop poor trials "
+            "(scheduler='asha', resource='n_estimators')",
+        )

@@ -29,7 +29,7 @@ from ._oof import artifact_sink, memory_sink
 from ._recording import SearchRecorder, data_fingerprint, input_signature, outcome_from_record
 from ._results import build_cv_results
 from ._scoring import Scoring
-from ._search_checks import validate_search
+from ._search_checks import check_early_stopping, validate_search
 from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
 from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
@@ -275,6 +275,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
         Every argument is validated before any work is sent to the cluster.
         """
+        check_early_stopping(self.estimator, self.search_space, fit_params)
         if self.scheduler is not None:
             from ._multifidelity import fit_multifidelity
 

@@ -271,6 +271,31 @@ def test_each_bad_parameter_is_named_before_any_work(
     assert error.param == param, error
 
 
+@pytest.mark.parametrize("scheduler", [None, "asha"])
+def test_xgboost_early_stopping_without_an_eval_set_is_refused_before_any_work(
+    no_work: None, data: Any, scheduler: str | None
+) -> None:
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from xgboost import XGBClassifier
+
+    fidelity = {"scheduler": scheduler, "resource": "n_estimators", "max_resource": 9}
+    kwargs = fidelity if scheduler else {}
+    cases = [
+        (XGBClassifier(early_stopping_rounds=3), {"max_depth": [2, 3]}, ""),
+        (
+            make_pipeline(StandardScaler(), XGBClassifier()),
+            {"xgbclassifier__early_stopping_rounds": [2, 5]},
+            "xgbclassifier__",
+        ),
+    ]
+    for estimator, space, prefix in cases:
+        search = SearchCV(estimator, space, progress=False, **kwargs)
+        with pytest.raises(InvalidParameterError, match=f"{prefix}eval_set=") as caught:
+            search.fit(*data)
+        assert caught.value.param == f"{prefix}early_stopping_rounds"
+
+
 def test_a_client_that_is_not_one_is_refused_before_a_cluster_starts(data: Any) -> None:
     for client in (3, object(), RECORD):
         search = SearchCV(LogisticRegression(), {"C": [1.0]}, client=client, progress=False)
