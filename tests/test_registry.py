@@ -62,6 +62,19 @@ def test_artifacts_are_content_addressed_and_verified(tmp_path):
         store.get(digest)
 
 
+def test_putting_the_same_bytes_again_repairs_a_damaged_blob(tmp_path):
+    store = ArtifactStore(str(tmp_path / "blobs"))
+    uri, digest = store.put(b"hello model")
+    path = Path(uri)
+    path.write_bytes(b"hello")  # truncated: a full disk, a bad copy
+    assert store.put(b"hello model") == (uri, digest)
+    assert store.get(digest) == b"hello model"
+    path.write_bytes(b"HELLO MODEL")  # the right size, other bytes
+    store.put(b"hello model")
+    assert store.get(digest) == b"hello model"
+    assert sorted(p.name for p in path.parent.iterdir()) == [digest]  # no temporary left
+
+
 def test_formats_refuse_pickle_unless_allowed():
     class Opaque:
         pass

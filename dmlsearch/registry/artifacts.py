@@ -28,6 +28,7 @@ __all__ = ["ArtifactIntegrityError", "ArtifactStore", "Blob", "default_artifacts
 
 _HEX = frozenset("0123456789abcdef")
 _TMP = ".tmp-"
+_CHUNK = 1 << 20
 
 
 class ArtifactIntegrityError(DmlsearchError):
@@ -128,13 +129,32 @@ class ArtifactStore:
         """Store ``data``; returns ``(uri, sha256)``.
 
         Writing bytes that are already there only refreshes the blob's modification time, so
-        that a garbage collection running meanwhile sees it as young and leaves it alone.
+        that a garbage collection running meanwhile sees it as young and leaves it alone. A
+        blob already there whose size or sha256 is wrong (truncated by a full disk, a bad
+        copy) is rewritten, so registering the model again repairs it.
         """
         digest = hashlib.sha256(data).hexdigest()
         path = self._path(digest)
-        if not self.fs.exists(path) or not self._refresh(path):
+        if not self._intact(path, len(data), digest) or not self._refresh(path):
             self._write(path, data)
         return self.uri(digest), digest
+
+    def _intact(self, path: str, size: int, digest: str) -> bool:
+        """Whether ``path`` holds ``size`` bytes hashing to ``digest``.
+
+        The size (metadata only) rules out most damage; the hash is read only when it
+        matches, which costs one read of a blob that is being registered again.
+        """
+        try:
+            if self.fs.size(path) != size:
+                return False
+            sha = hashlib.sha256()
+            with self.fs.open(path, "rb") as fh:
+                while chunk := fh.read(_CHUNK):
+                    sha.update(chunk)
+        except FileNotFoundError:
+            return False
+        return sha.hexdigest() == digest
 
     def _write(self, path: str, data: bytes) -> None:
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
