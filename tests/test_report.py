@@ -236,6 +236,43 @@ def test_leaderboard_is_the_top_ten(registry, tmp_path):
     assert [r[:2] for r in board] == [[str(k), str(15 - k)] for k in range(1, 11)]
 
 
+@pytest.mark.parametrize(
+    ("config", "trials", "best"),
+    [
+        # optimize(direction="minimize"): least first, as Registry.leaderboard ranks.
+        (
+            {"kind": "optimize", "direction": "minimize", "schedule": {"pruner": None}},
+            lambda e: [make_trial(e, i, value=v) for i, v in enumerate([0.4, 0.1, 0.9])],
+            ["1", "0", "2"],
+        ),
+        # A multi-fidelity search: the highest resource reached first (best_index_'s rule);
+        # trial 1's lucky 0.95 at 3 of 9 ranks below both trials trained to 9.
+        (
+            {"strategy": "random", "schedule": {"scheduler": "asha"}},
+            lambda e: [
+                make_trial(e, 0, value=0.8, intermediate={"1": 0.5, "3": 0.7, "9": 0.8}),
+                make_trial(e, 1, value=0.95, intermediate={"1": 0.6, "3": 0.95, "3:rung": 1}),
+                make_trial(e, 2, value=0.85, intermediate={"1": 0.7, "3": 0.8, "9": 0.85}),
+                make_trial(e, 3, value=0.99, intermediate={"1": 0.99}),
+            ],
+            ["2", "0", "1", "3"],
+        ),
+    ],
+)
+def test_report_and_registry_rank_as_the_experiment_does(registry, tmp_path, config, trials, best):
+    name = _experiment(registry, trials, config=config)
+    page = _Page()  # not _check: learning curves add a section to this report
+    page.feed(write_report(registry, name, tmp_path / "r.html").read_text(encoding="utf-8"))
+    page.close()
+    _header, *board = next(t for t in page.tables if t[0][:3] == ["rank", "number", "value"])
+    assert [r[1] for r in board] == best
+    assert ["best trial", best[0]] in page.rows
+    assert [t.number for t in registry.best_trials(name)] == [int(b) for b in best]
+    assert registry.leaderboard(name)["number"].tolist() == [int(b) for b in best]
+    top = registry.experiments().set_index("name").loc[name, "best_value"]
+    assert top == registry.best_trials(name, k=1)[0].value
+
+
 def test_report_escapes_every_value(registry, tmp_path):
     name = _experiment(
         registry,

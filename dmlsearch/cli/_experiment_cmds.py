@@ -204,7 +204,8 @@ def show(
     else:
         # The value is the mean cross-validated score: name it as scikit-learn's cv_results_.
         board = board.rename(columns={"value": f"mean_test_{metric}"})
-        _table(board, title=f"top {len(board)} of {exp.name} by mean {metric}")
+        by = f"resource, then mean {metric}" if "resource" in board else f"mean {metric}"
+        _table(board, title=f"top {len(board)} of {exp.name} by {by}")
     for ens in ensembles:
         typer.echo(_ensemble_line(ens))
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ._base import COMPLETE, NotFoundError
+from ._base import COMPLETE, NotFoundError, TrialRecord
 from ._checks import check_count, check_states
 from ._registry_core import _RegistryCore
 
@@ -49,7 +49,7 @@ class _RegistryRuns(_RegistryCore):
         rows = []
         for exp in self.store.list_experiments():
             n_trials, best = summaries.get(exp.id, (0, None))
-            if _minimized(exp):  # the store's summary is the greatest value
+            if _minimized(exp) or _multifidelity(exp):  # the store's is the greatest value
                 values = [t.value for t in self._ranked(exp, None)[:1]]
                 best = values[0] if values else None
             rows.append(
@@ -76,28 +76,47 @@ class _RegistryRuns(_RegistryCore):
         return self.store.trials_dataframe(exp.id, state=state)
 
     def leaderboard(self, experiment: str | int, k: int = 10) -> pd.DataFrame:
-        """The ``k`` best completed trials, best first (least first for an experiment of
-        :func:`dmlsearch.optimize` with ``direction="minimize"``)."""
+        """The ``k`` best completed trials, best first, ranked as :meth:`best_trials` ranks
+        them; a multi-fidelity search's have a ``resource`` column (the highest reached)."""
         import pandas as pd
 
         check_count("k", k, "a number of trials")
         exp = self.experiment(experiment)
+        staged = _multifidelity(exp)
         rows = [
-            {"number": t.number, "value": t.value, **{f"param_{n}": v for n, v in t.params.items()}}
+            {
+                "number": t.number,
+                "value": t.value,
+                **({"resource": _reached(t)} if staged else {}),
+                **{f"param_{n}": v for n, v in t.params.items()},
+            }
             for t in self._ranked(exp, k)
         ]
         return pd.DataFrame(rows)
 
+    def best_trials(self, experiment: str | int, k: int = 10) -> list[TrialRecord]:
+        """The ``k`` best completed trials' records, best first.
+
+        Greatest value first; least first for an experiment of :func:`dmlsearch.optimize`
+        with ``direction="minimize"``; for a multi-fidelity search, the highest resource
+        reached first, then the value (as its ``best_index_`` picks: a trial stopped at a
+        low rung with a lucky score does not rank above one trained to the top).
+        """
+        check_count("k", k, "a number of trials")
+        return self._ranked(self.experiment(experiment), k)
+
     def _ranked(self, exp: Any, k: int | None) -> list[Any]:
         """``exp``'s ``k`` best completed trials (None: all), best first."""
-        if not _minimized(exp):
+        minimized, staged = _minimized(exp), _multifidelity(exp)
+        if not minimized and not staged:
             return self.store.leaderboard(exp.id, k=k if k is not None else 2**31 - 1)
         done = [
             t
             for t in self.store.get_trials(exp.id, state=COMPLETE)
             if t.value is not None and not math.isnan(t.value)
         ]
-        done.sort(key=lambda t: (t.value, t.number))
+        sign = 1.0 if minimized else -1.0
+        done.sort(key=lambda t: (-_reached(t) if staged else 0, sign * (t.value or 0.0), t.number))
         return done if k is None else done[:k]
 
     def to_optuna(self, experiment: str | int, storage: Any = None) -> Any:
@@ -117,7 +136,7 @@ class _RegistryRuns(_RegistryCore):
         study = optuna.create_study(
             study_name=exp.name,
             storage=storage,
-            direction="minimize" if _minimized(exp) else "maximize",
+            direction=experiment_direction(exp),
             load_if_exists=False,
         )
         study.set_user_attr("dmlsearch_experiment_id", exp.id)
@@ -173,7 +192,25 @@ def _infer_distributions(all_params: Sequence[Mapping[str, Any]]) -> dict[str, A
     return out
 
 
+def experiment_direction(exp: Any) -> Literal["minimize", "maximize"]:
+    """``"minimize"`` where ``exp``'s values are better smaller (``optimize(direction=
+    "minimize")``), else ``"maximize"``: every other experiment's are better greater, as
+    the store ranks them."""
+    return "minimize" if (exp.config or {}).get("direction") == "minimize" else "maximize"
+
+
 def _minimized(exp: Any) -> bool:
-    """Whether ``exp``'s values are better smaller (``optimize(direction="minimize")``):
-    every other experiment's are better greater, as the store ranks them."""
-    return (exp.config or {}).get("direction") == "minimize"
+    return experiment_direction(exp) == "minimize"
+
+
+def _multifidelity(exp: Any) -> bool:
+    """Whether ``exp`` is a multi-fidelity search (its trials ranked by resource first;
+    an ``optimize`` experiment with a pruner ranks by its objective's values alone)."""
+    config = exp.config or {}
+    return "schedule" in config and config.get("kind", "search") == "search"
+
+
+def _reached(trial: Any) -> int:
+    """The highest resource a multi-fidelity trial has a mean score at (0: none): its
+    ``intermediate`` keys that are whole numbers (see ``dmlsearch._rung_records``)."""
+    return max((int(key) for key in trial.intermediate if key.isdigit()), default=0)

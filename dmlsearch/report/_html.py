@@ -129,5 +129,5 @@ def write_report(registry: Registry, experiment: str | int, path: str | os.PathL
     if is_training_job(exp):
         return _write(training_report(registry, exp), path)
     data = _load(registry, exp.id)
-    board = registry.store.leaderboard(data.exp.id, k=10)
+    board = registry.best_trials(data.exp.id, k=10)
     return _write(_html(data, board, _figures(registry, data)), path)

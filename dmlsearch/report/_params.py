@@ -231,7 +231,7 @@ def _importance(
                 )
                 done = [done[i] for i in sorted(picked)]
             if len(done) < len(complete):
-                study = optuna.create_study(direction="maximize")
+                study = optuna.create_study(direction=study.direction)
                 study.add_trials(done)
             importances = get_param_importances(
                 study,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..registry._base import COMPLETE, TrialRecord
+from ..registry._registry_runs import experiment_direction
 from ._common import (
     _colour,
     _Data,
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
     from ..registry import Registry
 
 
-def _plot_history(trials: Sequence[TrialRecord]) -> Figure:
-    """Objective per trial number, best so far as a step line, unscored trials marked."""
+def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> Figure:
+    """Objective per trial number, best so far as a step line (least so far where
+    ``minimize``), unscored trials marked."""
     fig = _figure()
     if not trials:
         _message(fig, "no trials recorded yet")
@@ -59,7 +61,10 @@ def _plot_history(trials: Sequence[TrialRecord]) -> Figure:
             color=_colour(COMPLETE),
             label="completed",
         )
-        best = np.fmax.accumulate(np.where(ok, values, -np.inf))
+        if minimize:
+            best = np.fmin.accumulate(np.where(ok, values, np.inf))
+        else:
+            best = np.fmax.accumulate(np.where(ok, values, -np.inf))
         shown = np.isfinite(best)
         ax.step(numbers[shown], best[shown], where="post", color="black", label="best so far")
         low, high = float(values[ok].min()), float(values[ok].max())
@@ -218,7 +223,8 @@ def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
     if isinstance(importances, str):  # the panel's text, also readable without the image
         importance_caption = f"{importances[0].upper()}{importances[1:]}. {importance_caption}"
     timeline, timeline_caption = _plot_timeline(data.trials)
-    figures = {"history": (_plot_history(data.trials), "")}
+    minimize = experiment_direction(data.exp) == "minimize"
+    figures = {"history": (_plot_history(data.trials, minimize), "")}
     curves = _plot_curves(data.trials)
     if curves is not None:
         figures["curves"] = curves
