@@ -420,6 +420,10 @@ def test_validate_reports_every_problem(in_tmp: Path) -> None:
         ),
         (["--set", "search.n_trials"], ["expected key.path=value"]),
         (["--set", "version=2"], ["schema version 2", "upgrade dmlsearch"]),
+        (
+            ["--set", "registry.artifacts=nosuch://bucket/x"],
+            ["registry.artifacts", "unknown protocol 'nosuch'"],
+        ),
     ],
 )
 def test_run_refuses_bad_input_with_one_line(
@@ -503,6 +507,17 @@ def test_a_registry_that_is_not_a_url(in_tmp: Path, command: list[str]) -> None:
     assert_clean_failure(result, 2, "--registry 'foo.db' is not a database URL", "sqlite:///foo.db")
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (in_tmp / "foo.db").exists()
+
+
+@pytest.mark.parametrize("artifacts", ["nosuch://bucket/x", "a-file"])
+def test_an_artifact_store_that_cannot_work(in_tmp: Path, artifacts: str) -> None:
+    (in_tmp / "a-file").write_text("not a folder")
+    url = f"sqlite:///{in_tmp / 'reg.db'}"
+    Registry(url).close()
+    for command in (["registry", "verify"], ["registry", "gc"], ["delete", "x", "--yes"]):
+        result = invoke(*command, "--registry", url, "--artifacts", artifacts)
+        assert_clean_failure(result, 2, "as an artifact store", artifacts)
+        assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_run_with_a_registry_that_is_not_a_url(in_tmp: Path) -> None:

@@ -255,3 +255,32 @@ def test_a_server_that_is_not_running_is_one_line() -> None:
         SQLStore("postgresql+psycopg://postgres@127.0.0.1:1/db")
     assert "\n" not in str(info.value)
     assert not isinstance(info.value, RegistryUnavailableError)
+
+
+def test_an_unusable_artifact_store_is_refused_before_it_is_recorded(
+    store_url: str, tmp_path: Path
+) -> None:
+    from dmlsearch import Registry
+    from dmlsearch.registry._sql_schema import registry_info
+
+    plain_file = tmp_path / "a-file"
+    plain_file.write_text("not a folder")
+    for location in ("nosuch://bucket/x", str(plain_file), str(plain_file / "under")):
+        with pytest.raises(RegistryError, match="as an artifact store") as info:
+            Registry(store_url, artifacts=location)
+        assert repr(location) in str(info.value) and "\n" not in str(info.value)
+        assert isinstance(info.value, InvalidParameterError) and info.value.param == "artifacts"
+    with Registry(store_url) as registry:  # nothing bad was recorded: it opens
+        assert registry.artifacts.protocol == "file"
+        store = registry.store
+        assert isinstance(store, SQLStore)
+        with store.engine.begin() as conn:  # a bad location recorded by an older version
+            conn.execute(
+                sa.update(registry_info)
+                .where(registry_info.c.key == "artifacts")
+                .values(value="nosuch://bucket/x")
+            )
+    with pytest.raises(RegistryError, match="records it; open it with artifacts="):
+        Registry(store_url)
+    with pytest.warns(UserWarning, match="for this session only"):
+        Registry(store_url, artifacts=str(tmp_path / "elsewhere")).close()

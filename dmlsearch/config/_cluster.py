@@ -138,6 +138,16 @@ class RegistrySection(_Section):
                 f"expected a folder or fsspec URL for model files (e.g. ./artifacts or "
                 f"s3://bucket/models), got {value!r}; leave it out for the default"
             )
+        if value is not None:
+            import fsspec
+
+            # A typo in the protocol would otherwise only fail once the registry opens.
+            protocol = fsspec.core.split_protocol(value)[0]
+            if protocol is not None and protocol not in fsspec.available_protocols():
+                raise _err(
+                    f"unknown protocol {protocol!r} in {value!r}: expected a folder or an "
+                    "fsspec URL (file://, s3://, gs://, az://, ...)"
+                )
         return value
 
     @field_validator("url", mode="after")

@@ -22,7 +22,7 @@ from ._base import (
     RegistryUnavailableError,
     TrialRecord,
 )
-from .artifacts import ArtifactIntegrityError, ArtifactStore
+from .artifacts import ArtifactIntegrityError, ArtifactLocationError, ArtifactStore
 from .formats import FormatError
 from .registry import Registry, as_registry
 from .sql import SCHEMA_VERSION, SQLStore, default_registry_url
@@ -35,6 +35,7 @@ __all__ = [
     "TIMEOUT",
     "AlreadyExistsError",
     "ArtifactIntegrityError",
+    "ArtifactLocationError",
     "ArtifactStore",
     "ExperimentRecord",
     "FormatError",

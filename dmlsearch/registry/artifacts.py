@@ -22,9 +22,16 @@ from typing import Any
 
 import fsspec
 
-from ..exceptions import DmlsearchError
+from ..exceptions import DmlsearchError, InvalidParameterError
+from ._base import RegistryError
 
-__all__ = ["ArtifactIntegrityError", "ArtifactStore", "Blob", "default_artifacts_url"]
+__all__ = [
+    "ArtifactIntegrityError",
+    "ArtifactLocationError",
+    "ArtifactStore",
+    "Blob",
+    "default_artifacts_url",
+]
 
 _HEX = frozenset("0123456789abcdef")
 _TMP = ".tmp-"
@@ -33,6 +40,10 @@ _CHUNK = 1 << 20
 
 class ArtifactIntegrityError(DmlsearchError):
     """An artifact is missing, or its bytes do not match the sha256 the registry recorded."""
+
+
+class ArtifactLocationError(RegistryError, InvalidParameterError):
+    """An artifact store location that cannot work (``param`` is ``"artifacts"``)."""
 
 
 def default_artifacts_url() -> str:
@@ -91,11 +102,32 @@ class ArtifactStore:
         self.url = url or default_artifacts_url()
         self.namespace = namespace
         self.hint = ""
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage_options)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage_options)
+        except (ValueError, ImportError) as exc:  # an unknown protocol, or its package missing
+            raise ArtifactLocationError(
+                "artifacts",
+                f"cannot use {self.url!r} as an artifact store: {exc}; give a folder or an "
+                "fsspec URL such as s3://bucket/models (with its package installed)",
+            ) from None
         self.root = self.root.rstrip("/")
         self.protocol = (
             self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         )
+        if self.protocol in ("file", "local"):
+            self._check_folder()
+
+    def _check_folder(self) -> None:
+        """Refuse a local root that is a file, or lies under one (checked before any write)."""
+        path = self.root
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        if not os.path.isdir(path):
+            raise ArtifactLocationError(
+                "artifacts",
+                f"cannot use {self.url!r} as an artifact store: {path} is a file, not a "
+                "folder; give a folder (created if missing) or an fsspec URL",
+            )
 
     def __repr__(self) -> str:
         return f"ArtifactStore({self.url!r}, namespace={self.namespace!r})"

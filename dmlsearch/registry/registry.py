@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import InvalidParameterError
-from ._base import RegistryStore
+from ._base import RegistryError, RegistryStore
 from ._checks import check_bool, check_text
 from ._registry_models import ENSEMBLE_FORMAT as ENSEMBLE_FORMAT
 from ._registry_models import _RegistryModels
@@ -108,10 +108,19 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             #: The registry's id: the folder of its blobs in the artifact store.
             self.registry_id = registry_id
             location, hint = self._artifacts_location(artifacts, create)
+            try:
+                self.artifacts = ArtifactStore(location, namespace=registry_id)
+            except RegistryError as exc:
+                if location != self.recorded_artifacts:
+                    raise
+                # Recorded by a version that did not check it: say how to open it anyway.
+                raise RegistryError(
+                    f"{exc} (the registry at {self._where} records it; open it with "
+                    "artifacts=LOCATION to use another)"
+                ) from None
         except BaseException:
             store.close()
             raise
-        self.artifacts = ArtifactStore(location, namespace=registry_id)
         self.artifacts.hint = hint
 
     def _sqlite_folder(self) -> Path | None:
@@ -140,6 +149,7 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                     f"this registry does not record its artifact store (it predates that); "
                     f"this session uses {location}; {moved}"
                 )
+            ArtifactStore(location)  # refuse a location that cannot work before recording it
             stored = self.store.setdefault_meta("artifacts", _stored_form(location, folder))
         recorded = _normalize(stored, folder)
         self.recorded_artifacts = recorded
