@@ -284,3 +284,17 @@ def test_an_unusable_artifact_store_is_refused_before_it_is_recorded(
         Registry(store_url)
     with pytest.warns(UserWarning, match="for this session only"):
         Registry(store_url, artifacts=str(tmp_path / "elsewhere")).close()
+
+
+def test_a_file_that_is_not_a_database_is_one_line(tmp_path: Path) -> None:
+    from dmlsearch import Registry
+
+    path = tmp_path / "notes.db"
+    path.write_text("not a database\n" * 10)
+    url = f"sqlite:///{path}"
+    for create in (True, False):
+        with pytest.raises(RegistryError, match="cannot open the registry at") as info:
+            Registry(url, create=create)
+        message = str(info.value)
+        assert url in message and "not a database" in message and "\n" not in message
+        assert info.value.__cause__ is None and info.value.__suppress_context__

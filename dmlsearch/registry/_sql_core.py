@@ -77,6 +77,9 @@ class _SQLCore(RegistryStore):
             except RegistryUnavailableError as exc:
                 self._engine.dispose()
                 raise self._open_error(exc.__cause__ or exc) from None
+            except sa.exc.DatabaseError as exc:  # e.g. a file that is not a SQLite database
+                self._engine.dispose()
+                raise self._open_error(exc) from None
             except BaseException:
                 self._engine.dispose()
                 raise
@@ -91,6 +94,8 @@ class _SQLCore(RegistryStore):
             )
         elif self._dialect == "postgresql":
             hint = "check that the server is running and that the URL is right"
+        elif "not a database" in message:
+            hint = "check that the URL names the registry's SQLite file"
         else:
             hint = "check the path and its permissions"
         return RegistryError(f"cannot open the registry at {self.shown_url}: {message}; {hint}")
