@@ -50,12 +50,28 @@ logger = logging.getLogger("dmlsearch")
 
 
 def _estimator_has(attr: str) -> Callable[[SearchCV], bool]:
+    """Whether ``attr`` can be delegated, as scikit-learn's ``_search_estimator_has``.
+
+    With ``refit=False`` there is never a best estimator to delegate to, so the method
+    is absent (``hasattr`` is False, fitted or not) instead of present but raising.
+    """
+
     def check(self: SearchCV) -> bool:
+        if not self.refit:
+            raise AttributeError(_refit_false_message(self, attr))
         if hasattr(self, "best_estimator_"):
             return hasattr(self.best_estimator_, attr)
         return hasattr(self.estimator, attr)
 
     return check
+
+
+def _refit_false_message(search: SearchCV, attr: str) -> str:
+    return (
+        f"This {type(search).__name__} was created with refit=False: {attr} is available "
+        "only after refitting on the best parameters; use refit=True, or fit the estimator "
+        "yourself with best_params_"
+    )
 
 
 class SearchCV(MetaEstimatorMixin, BaseEstimator):
@@ -686,10 +702,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     # -- delegation to the refitted estimator -------------------------------------
     def _check_refit(self, method: str) -> None:
         if not self.refit:
-            raise AttributeError(
-                f"{method} is not available when refit=False; refit the best parameters yourself "
-                "or use refit=True"
-            )
+            raise AttributeError(_refit_false_message(self, method))
         check_is_fitted(self, "best_estimator_")
 
     @property

@@ -360,14 +360,35 @@ def test_refit_false_multimetric_sets_no_best_like_scikit_learn(client, data):
         assert hasattr(ours, attr) == hasattr(theirs, attr) is False
 
 
+def test_refit_false_hides_delegated_methods_like_scikit_learn(client, data):
+    X, y = data
+    methods = ("predict", "predict_proba", "predict_log_proba", "decision_function")
+    ours = SearchCV(LogisticRegression(), {"C": [1.0]}, strategy="grid", refit=False, client=client)
+    theirs = GridSearchCV(LogisticRegression(), {"C": [1.0]}, refit=False)
+    for fitted in (False, True):
+        if fitted:
+            ours.fit(X, y)
+            theirs.fit(X, y)
+        for m in methods:
+            assert hasattr(ours, m) is hasattr(theirs, m) is False, (m, fitted)
+    # As scikit-learn: the AttributeError names the method; its cause says why.
+    with pytest.raises(AttributeError, match="predict_proba") as info:
+        ours.predict_proba(X)
+    assert "refit=False" in str(info.value.__cause__)
+    assert hasattr(SearchCV(LogisticRegression(), {"C": [1.0]}), "predict_proba")
+
+
 def test_refit_false_and_callable(client, data):
     X, y = data
     s = SearchCV(
         LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, strategy="grid", refit=False, client=client
     ).fit(X, y)
     assert not hasattr(s, "best_estimator_")
-    with pytest.raises(AttributeError, match="refit=False"):
+    with pytest.raises(AttributeError) as info:
         s.predict(X)
+    assert "refit=False" in str(info.value.__cause__)
+    with pytest.raises(AttributeError, match="refit=False"):
+        s.score(X, y)
 
     def lowest_c(results):
         return int(np.argmin(results["param_C"]))
