@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import numpy as np
@@ -137,6 +138,27 @@ def test_equal_but_distinct_choices_are_kept_apart():
         seen.add((type(value).__name__, value))
         s.tell(i, 0.0)
     assert seen == {("int", 1), ("float", 1.0), ("bool", True)}
+
+
+def test_unhashable_choices_work_in_model_based_strategies():
+    # A class_weight dict, a list or an array cannot be hashed; random and grid take them.
+    weights, layers, arr = {0: 1, 1: 3}, [8, 4], np.array([1.0, 2.0])
+    space = as_space({"w": [weights, "balanced", None], "h": Categorical([layers, arr])})
+    s = make_strategy("tpe", space, None, seed=0)
+    seen = []
+    for i in range(6):
+        p = s.ask(i)
+        assert any(p["w"] is c for c in (weights, "balanced", None))
+        assert p["h"] is layers or p["h"] is arr
+        seen.append(p)
+        s.tell(i, float(i))
+    resumed = make_strategy("tpe", space, 10, seed=0)
+    for i, p in enumerate(seen):
+        # As read back from the registry: copies, object choices as their repr.
+        stored = {k: v if v is None or isinstance(v, str) else repr(v) for k, v in p.items()}
+        resumed.restore(i, {k: copy.deepcopy(v) for k, v in p.items()}, float(i))
+        resumed.restore(i + len(seen), stored, float(i))
+    assert len(resumed.study.get_trials(states=(TrialState.COMPLETE,))) == 2 * len(seen)
 
 
 @pytest.mark.parametrize(

@@ -124,9 +124,10 @@ class _Param:
         self.encoded: list[Any] | None = None
         if isinstance(self.dim, Categorical):
             choices = [c.item() if isinstance(c, np.generic) else c for c in self.dim.choices]
+            # Only primitives are hashable for sure (a dict or list choice is not), and
             # Optuna finds a choice by equality: 1, 1.0 and True would collapse into one.
-            distinct = len(set(choices)) == len(choices)
-            if all(isinstance(c, _PRIMITIVE) for c in choices) and distinct:
+            primitive = all(isinstance(c, _PRIMITIVE) for c in choices)
+            if primitive and len(set(choices)) == len(choices):
                 self.encoded = choices
                 self._choices = choices
             else:
@@ -149,9 +150,11 @@ class _Param:
             return value
         if self.encoded is self._choices:
             return self.encoded[self.encoded.index(value)]
-        # Object choices come back from the registry as their repr.
+        # Object choices come back from the registry as their repr. Compare reprs, never
+        # the objects: ``==`` on an array choice is elementwise, not a truth value.
+        texts = {repr(value), value} if isinstance(value, str) else {repr(value)}
         for index, choice in enumerate(self._choices):
-            if choice is value or repr(choice) == value or repr(choice) == repr(value):
+            if choice is value or repr(choice) in texts:
                 return index
         raise ValueError(f"{value!r} is not one of the choices of {self.key!r}")
 
