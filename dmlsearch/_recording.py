@@ -28,12 +28,14 @@ from ._evaluate import TrialOutcome
 from .exceptions import InvalidParameterError
 from .registry import (
     AlreadyExistsError,
+    FormatError,
     ModelVersionRecord,
     NotFoundError,
     Registry,
     RegistryUnavailableError,
     TrialRecord,
 )
+from .registry.formats import dump_model
 
 __all__ = ["PriorRun", "SearchRecorder", "data_fingerprint"]
 
@@ -265,6 +267,25 @@ class SearchRecorder:
         deadline = time.monotonic() + self.retry_seconds
         return self._retrying(
             lambda: self.registry.register_model(self.name, model, **kwargs), deadline
+        )
+
+    def unregistered(self, model: Any, exc: Exception, trial: int) -> str:
+        """The warning for a best model that :meth:`register_model` refused, with what to do.
+
+        A search never pickles; where pickle could save the model the message gives the
+        call that registers it (pickle runs code on load, so that is the user's choice).
+        """
+        message = f"best_estimator_ was not registered: {exc}"
+        if not isinstance(exc, FormatError):
+            return message
+        try:
+            dump_model(model, allow_pickle=True)
+        except FormatError:
+            return message  # its message already says what to change in the model
+        return (
+            f"{message}; a search never pickles, so register it yourself: "
+            f"registry.register_model({self.name!r}, search.best_estimator_, "
+            f"allow_pickle=True, experiment={self.name!r}, trial={trial})"
         )
 
     def close(self, status: str) -> None:

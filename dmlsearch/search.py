@@ -579,16 +579,18 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         for key, values in self.cv_results_.items():
             if key.startswith(("mean_test_", "std_test_")):
                 metrics[key] = float(values[self.best_index_])
+        trial = self.trials_[self.best_index_].number
         try:
             # Retries a briefly unavailable registry; a finished search never fails here.
             self.model_version_ = recorder.register_model(
                 self.best_estimator_,
                 metrics=metrics,
-                trial=self.trials_[self.best_index_].number,
+                trial=trial,
                 signature=input_signature(X),
             )
         except (FormatError, RegistryError) as exc:
-            warnings.warn(f"best_estimator_ was not registered: {exc}", UserWarning, stacklevel=3)
+            message = recorder.unregistered(self.best_estimator_, exc, trial)
+            warnings.warn(message, UserWarning, stacklevel=3)
 
     def _finish(
         self,

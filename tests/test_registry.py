@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,13 +11,14 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
 from dmlsearch import Float, InvalidParameterError, Registry, SearchCV
 from dmlsearch.registry import ArtifactIntegrityError, ArtifactStore, FormatError, NotFoundError
@@ -154,6 +156,59 @@ def test_tampered_model_is_refused(registry, data):
     with pytest.raises(ArtifactIntegrityError):
         registry.load_model("m")
     assert registry.verify() == {("m", 1): False}
+
+
+def _skops_cannot_load_back() -> Any:
+    # skops dumps a compiled pattern but refuses to build one on load; pickle handles it.
+    return make_pipeline(
+        FunctionTransformer(np.asarray, inv_kw_args={"pattern": re.compile("a")}),
+        LogisticRegression(),
+    )
+
+
+def test_a_model_skops_cannot_load_back_is_refused_at_registration(registry, data):
+    X, y = data
+    lam = make_pipeline(FunctionTransformer(lambda a: a), LogisticRegression()).fit(X, y)
+    with pytest.raises(FormatError, match="cannot be loaded back") as info:
+        registry.register_model("lam", lam)
+    assert "named function defined at module level" in str(info.value)
+    assert "allow_pickle" not in str(info.value)  # pickle cannot save a lambda either
+    with pytest.raises(FormatError, match="pickle cannot save Pipeline"):
+        registry.register_model("lam", lam, allow_pickle=True)
+    pattern = _skops_cannot_load_back().fit(X, y)
+    with pytest.raises(FormatError, match=r"cannot be loaded back.*pass allow_pickle=True"):
+        registry.register_model("pat", pattern)
+    assert registry.models() == []
+    record = registry.register_model("pat", pattern, allow_pickle=True)
+    assert record.format == "pickle"
+    loaded = registry.load_model("pat", allow_pickle=True)
+    np.testing.assert_array_equal(loaded.predict(X), pattern.predict(X))
+
+
+@pytest.mark.cluster
+def test_an_unregistered_best_estimator_warns_with_the_call_that_registers_it(
+    registry, client, data
+):
+    X, y = data
+    space = {"logisticregression__C": Float(0.1, 1.0)}
+    kwargs = {"n_trials": 2, "cv": 2, "client": client, "registry": registry, "progress": False}
+    with pytest.warns(UserWarning, match="best_estimator_ was not registered") as info:
+        search = SearchCV(_skops_cannot_load_back(), space, experiment_name="p", **kwargs)
+        search.fit(X, y)
+    (message,) = [str(w.message) for w in info if "not registered" in str(w.message)]
+    trial = search.trials_[search.best_index_].number
+    call = (
+        "registry.register_model('p', search.best_estimator_, allow_pickle=True, "
+        f"experiment='p', trial={trial})"
+    )
+    assert message.endswith(call), message
+    exec(call, {"registry": registry, "search": search})  # the advice works as written
+    assert registry.model_version("p").format == "pickle"
+    lam = make_pipeline(FunctionTransformer(lambda a: a), LogisticRegression())
+    with pytest.warns(UserWarning, match="named function defined at module level") as info:
+        SearchCV(lam, space, experiment_name="lam", **kwargs).fit(X, y)
+    assert not any("allow_pickle" in str(w.message) for w in info)
+    assert registry.models() == ["p"]
 
 
 @pytest.mark.cluster

@@ -99,24 +99,64 @@ def dump_model(model: Any, *, allow_pickle: bool = False) -> Serialized:
         torch.save(model.state_dict(), buffer)
         return Serialized(buffer.getvalue(), TORCH_STATE_DICT, meta={"class": _class_path(model)})
     if hasattr(model, "get_params") and hasattr(model, "fit"):
-        import skops.io as sio
-
-        try:
-            data = sio.dumps(model)
-        except Exception as exc:  # skops refuses some objects: say which way out
-            if allow_pickle:
-                return Serialized(pickle.dumps(model), PICKLE)
-            raise FormatError(
-                f"skops cannot serialise {type(model).__name__} ({exc}); pass "
-                "allow_pickle=True if you trust everyone who can read the artifact store"
-            ) from exc
-        return Serialized(data, SKOPS, trusted_types=list(sio.get_untrusted_types(data=data)))
+        return _dump_skops(model, allow_pickle)
     if allow_pickle:
-        return Serialized(pickle.dumps(model), PICKLE)
+        return _pickled(model)
     raise FormatError(
         f"no safe format for {type(model).__name__}: dmlsearch saves scikit-learn estimators "
         "(skops), xgboost models and torch modules; pass allow_pickle=True to pickle it"
     )
+
+
+def _dump_skops(model: Any, allow_pickle: bool) -> Serialized:
+    """skops bytes that load back (checked here, as :func:`load_model` loads them)."""
+    import skops.io as sio
+
+    name = type(model).__name__
+    try:
+        data = sio.dumps(model)
+    except Exception as exc:  # skops refuses some objects: say which way out
+        if allow_pickle:
+            return _pickled(model)
+        raise _refused(model, f"skops cannot serialise {name} ({exc})") from exc
+    serialized = Serialized(data, SKOPS, trusted_types=list(sio.get_untrusted_types(data=data)))
+    try:
+        # skops saves functions by name: a lambda or a nested function dumps, then never loads.
+        load_model(serialized)
+    except FormatError as exc:
+        if allow_pickle:
+            return _pickled(model)
+        reason = f"{name} was saved by skops but cannot be loaded back ({exc.__cause__ or exc})"
+        raise _refused(model, reason) from exc
+    return serialized
+
+
+#: What to change in a model that no format can save.
+_UNSAVABLE = (
+    "lambdas, functions defined inside other functions, generators and open files cannot "
+    "be saved: use a named function defined at module level (e.g. in FunctionTransformer) "
+    "and keep such objects out of the fitted model"
+)
+
+
+def _refused(model: Any, reason: str) -> FormatError:
+    """The error for a model skops cannot save; it offers pickle only where pickle can."""
+    try:
+        pickle.dumps(model)
+    except Exception as exc:  # any pickling failure: the advice is to change the model
+        return FormatError(f"{reason}, and pickle cannot save it either ({exc}); {_UNSAVABLE}")
+    return FormatError(
+        f"{reason}; pass allow_pickle=True if you trust everyone who can write the artifact store"
+    )
+
+
+def _pickled(model: Any) -> Serialized:
+    try:
+        return Serialized(pickle.dumps(model), PICKLE)
+    except Exception as exc:  # PicklingError, TypeError, AttributeError, ... by object
+        raise FormatError(
+            f"pickle cannot save {type(model).__name__} ({exc}); {_UNSAVABLE}"
+        ) from exc
 
 
 def load_model(serialized: Serialized, *, allow_pickle: bool = False, module: Any = None) -> Any:
