@@ -31,6 +31,7 @@ def test_resumed_tpe_search_over_a_pipeline_step_refits_a_restored_choice(client
     space = {
         "clf": Categorical([LogisticRegression(max_iter=200), GaussianNB()]),
         "scale__with_mean": [True, False],
+        "scale__with_std": [True, False],  # 8 candidates: tpe runs each at most once
     }
     kwargs = dict(
         strategy="tpe", cv=2, client=client, random_state=0, registry=url, experiment_name="pipe"

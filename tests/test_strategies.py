@@ -129,11 +129,36 @@ def test_loguniform_and_randint_are_translated():
         s.tell(i, np.log(p["a"]))
 
 
+@pytest.mark.parametrize("name", ["tpe", "nsga2"])
+def test_model_based_strategies_run_each_candidate_of_a_finite_space_once(name):
+    space = as_space({"C": [0.1, 1.0, 10.0]})
+    with pytest.warns(UserWarning, match="3 distinct candidates"):
+        s = make_strategy(name, space, 10, seed=0)
+    assert s.total == 3
+    got = []
+    for i in range(3):
+        got.append(s.ask(i)["C"])
+        s.tell(i, 1.0 if got[-1] == 1.0 else 0.0)
+    assert sorted(got) == [0.1, 1.0, 10.0] and s.ask(3) is None
+    assert make_strategy(name, space, None, seed=0).total == 3  # the default: no warning
+
+
+def test_pending_and_restored_candidates_are_not_repeated():
+    # Two sub-spaces with the same name: the candidate is told apart by its sub-space.
+    space = as_space([{"a": [1, 2]}, {"a": [1], "b": [{0: 1}, [2]]}])
+    s = make_strategy("tpe", space, None, seed=0)
+    s.restore(0, {"a": 2}, 0.5)
+    asked = [s.ask(i) for i in range(1, 4)]  # all pending: the constant liar alone repeats
+    assert s.ask(4) is None
+    points = [repr(sorted(p.items())) for p in [{"a": 2}, *asked]]
+    assert sorted(points) == sorted(repr(sorted(p.items())) for p in space.iter_grid())
+
+
 def test_equal_but_distinct_choices_are_kept_apart():
     space = as_space({"v": Categorical([1, 1.0, True])})
-    s = OptunaStrategy(space, 40, seed=0, sampler=RandomSampler(seed=0))
+    s = OptunaStrategy(space, 3, seed=0, sampler=RandomSampler(seed=0))
     seen = set()
-    for i in range(40):
+    for i in range(3):
         value = s.ask(i)["v"]
         seen.add((type(value).__name__, value))
         s.tell(i, 0.0)
@@ -152,7 +177,7 @@ def test_unhashable_choices_work_in_model_based_strategies():
         assert p["h"] is layers or p["h"] is arr
         seen.append(p)
         s.tell(i, float(i))
-    resumed = make_strategy("tpe", space, 10, seed=0)
+    resumed = make_strategy("tpe", space, None, seed=0)
     for i, p in enumerate(seen):
         # As read back from the registry: copies, object choices as their repr.
         stored = {k: v if v is None or isinstance(v, str) else repr(v) for k, v in p.items()}

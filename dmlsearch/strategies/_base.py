@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ..space import SearchSpace
 
-__all__ = ["Strategy", "trial_rng"]
+__all__ = ["Strategy", "cap_trials", "trial_rng"]
 
 
 def trial_rng(seed: int, number: int) -> np.random.Generator:
@@ -19,6 +20,24 @@ def trial_rng(seed: int, number: int) -> np.random.Generator:
     trials happen to be asked) is what makes a search identical on 1 or N workers.
     """
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(number,)))
+
+
+def cap_trials(space: SearchSpace, n_trials: int | None, default: int) -> int:
+    """How many trials to run: ``n_trials`` (or ``default``), at most the number of distinct
+    candidates of a finite space, with a ``UserWarning`` when the user asked for more."""
+    n = default if n_trials is None else n_trials
+    if not space.is_finite:
+        return n
+    size = space.grid_size()
+    if n > size and n_trials is not None:
+        warnings.warn(
+            f"n_trials={n} is greater than the {size} distinct candidates of this "
+            f"finite search space; running {size} trials. Use strategy='grid' to "
+            "enumerate them all.",
+            UserWarning,
+            stacklevel=4,  # the caller of make_strategy: SearchCV.fit, optimize
+        )
+    return min(n, size)
 
 
 class Strategy(ABC):

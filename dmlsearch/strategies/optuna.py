@@ -26,13 +26,23 @@ from optuna.trial import Trial, TrialState
 
 from ..exceptions import InvalidParameterError, SearchSpaceError
 from ..space import Categorical, Dimension, Distribution, Float, Int, SearchSpace
-from ._base import Strategy
+from ._base import Strategy, cap_trials
+from .random import SeededBijection
 
 __all__ = ["SAMPLERS", "OptunaStrategy", "sampler_seed", "to_optuna_distributions"]
 
 DEFAULT_N_TRIALS = 10
 _SUBSPACE = "__subspace__"
 _PRIMITIVE = (type(None), bool, int, float, str)
+
+#: A candidate as Optuna stores it: its sorted (Optuna name, internal value) pairs.
+_Key = tuple[tuple[str, Any], ...]
+
+
+def _key(values: dict[str, Any]) -> _Key:
+    return tuple(
+        sorted((k, v.item() if isinstance(v, np.generic) else v) for k, v in values.items())
+    )
 
 
 @contextmanager
@@ -181,7 +191,12 @@ def to_optuna_distributions(space: SearchSpace) -> list[list[_Param]]:
 
 
 class OptunaStrategy(Strategy):
-    """Ask/tell over any Optuna sampler, maximising the search's refit score."""
+    """Ask/tell over any Optuna sampler, maximising the search's refit score.
+
+    On a finite space ``n_trials`` is capped at the number of distinct candidates (as
+    random search does) and no candidate is run twice: when the sampler proposes one
+    already run or running, the trial runs an untried one instead, in a seeded order.
+    """
 
     adaptive = True
 
@@ -203,10 +218,17 @@ class OptunaStrategy(Strategy):
                 ) from None
         self.sampler = sampler
         self._params = to_optuna_distributions(space)
-        self._n = DEFAULT_N_TRIALS if n_trials is None else n_trials
+        self._n = cap_trials(space, n_trials, DEFAULT_N_TRIALS)
         with _quiet_optuna():
             self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self._pending: dict[int, Trial] = {}
+        # Finite spaces only: the candidates asked or restored, and where to find others.
+        self._tried: set[_Key] | None = None
+        if space.is_finite:
+            self._tried = set()
+            self._order = SeededBijection(space.grid_size(), seed)
+            self._cursor = 0
+            self._sizes = [SearchSpace((sub,)).grid_size() for sub in space.subspaces]
 
     @property
     def total(self) -> int:
@@ -217,29 +239,66 @@ class OptunaStrategy(Strategy):
             return None
         with _quiet_optuna():
             trial = self.study.ask()
-            index = 0
-            if len(self._params) > 1:
-                index = int(trial.suggest_categorical(_SUBSPACE, list(range(len(self._params)))))
-            params = {p.key: p.suggest(trial) for p in self._params[index]}
+            params = self._suggest(trial)
+            if self._tried is not None and _key(trial.params) in self._tried:
+                # A repeat would only re-measure a known candidate. The sampler ignores
+                # FAIL trials, so dropping its proposal this way teaches it nothing wrong.
+                self.study.tell(trial, state=TrialState.FAIL)
+                untried = self._untried()
+                if untried is None:
+                    return None
+                self.study.enqueue_trial(untried)
+                trial = self.study.ask()
+                params = self._suggest(trial)
+            if self._tried is not None:
+                self._tried.add(_key(trial.params))
         trial.set_user_attr("dmlsearch_number", number)
         self._pending[number] = trial
         return params
+
+    def _suggest(self, trial: Trial) -> dict[str, Any]:
+        index = 0
+        if len(self._params) > 1:
+            index = int(trial.suggest_categorical(_SUBSPACE, list(range(len(self._params)))))
+        return {p.key: p.suggest(trial) for p in self._params[index]}
+
+    def _optuna_values(self, index: int, params: dict[str, Any]) -> dict[str, Any]:
+        """The values Optuna stores for candidate ``params`` of sub-space ``index``."""
+        values: dict[str, Any] = {}
+        if len(self._params) > 1:
+            values[_SUBSPACE] = index
+        for p in self._params[index]:
+            values[p.name] = p.encode(params[p.key])
+        return values
+
+    def _untried(self) -> dict[str, Any] | None:
+        """The next grid point, in a seeded order, not asked or restored yet."""
+        assert self._tried is not None
+        while self._cursor < self._order.size:
+            point = self._order(self._cursor)
+            self._cursor += 1
+            # The grid lists sub-spaces in order; two may share names, so find it by index.
+            index, offset = 0, point
+            while offset >= self._sizes[index]:
+                offset -= self._sizes[index]
+                index += 1
+            values = self._optuna_values(index, self.space.grid_point(point))
+            if _key(values) not in self._tried:
+                return values
+        return None
 
     def restore(self, number: int, params: dict[str, Any], value: float | None) -> None:
         keys = set(params)
         index = next((i for i, ps in enumerate(self._params) if {p.key for p in ps} == keys), None)
         if index is None:
             return  # not from this space: the sampler simply does not learn from it
-        plist = self._params[index]
         dists: dict[str, BaseDistribution] = {}
-        values: dict[str, Any] = {}
         if len(self._params) > 1:
             dists[_SUBSPACE] = CategoricalDistribution(list(range(len(self._params))))
-            values[_SUBSPACE] = index
         try:
-            for p in plist:
+            for p in self._params[index]:
                 dists[p.name] = p.distribution()
-                values[p.name] = p.encode(params[p.key])
+            values = self._optuna_values(index, params)
             finite = value is not None and math.isfinite(value)
             trial = optuna.trial.create_trial(
                 params=values,
@@ -252,6 +311,8 @@ class OptunaStrategy(Strategy):
             return
         with _quiet_optuna():
             self.study.add_trial(trial)
+        if self._tried is not None:
+            self._tried.add(_key(values))
 
     def tell(self, number: int, value: float | None) -> None:
         trial = self._pending.pop(number, None)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import warnings
 from typing import Any
 
 import numpy as np
 
 from ..space import SearchSpace
-from ._base import Strategy, trial_rng
+from ._base import Strategy, cap_trials, trial_rng
 
 __all__ = ["RandomStrategy", "SeededBijection"]
 
@@ -84,21 +83,10 @@ class RandomStrategy(Strategy):
 
     def __init__(self, space: SearchSpace, n_trials: int | None, seed: int) -> None:
         super().__init__(space, n_trials, seed)
-        n = DEFAULT_N_TRIALS if n_trials is None else n_trials
+        self._n = cap_trials(space, n_trials, DEFAULT_N_TRIALS)
         self._order: SeededBijection | None = None
         if space.is_finite:
-            size = space.grid_size()
-            if n > size and n_trials is not None:
-                warnings.warn(
-                    f"n_trials={n} is greater than the {size} distinct candidates of this "
-                    f"finite search space; running {size} trials. Use strategy='grid' to "
-                    "enumerate them all.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-            n = min(n, size)
-            self._order = SeededBijection(size, seed)
-        self._n = n
+            self._order = SeededBijection(space.grid_size(), seed)
 
     @property
     def total(self) -> int:
