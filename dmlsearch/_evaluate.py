@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.base import ClassifierMixin, clone
+from sklearn.base import clone
 from sklearn.utils.metaestimators import _safe_split
 
 from ._oof import OofAssembler, OofRef, OofSink
+from ._scoring import score_fold
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from .exceptions import TrialTimeoutError
 
@@ -59,6 +60,8 @@ class EvalContext:
     trial_timeout: float | None = None
     #: Where to keep each trial's out-of-fold predictions (``keep_oof``), or None.
     oof: OofSink | None = None
+    #: Whether the scorer gets the folds' rows of ``fit_params["sample_weight"]``.
+    score_weight: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,41 +155,6 @@ def _deadline(seconds: float | None) -> Iterator[None]:
             _set_async_exc(ident, ctypes.py_object())
 
 
-try:  # private: if a later scikit-learn moves it, every scorer takes the general path
-    from sklearn.metrics._scorer import _PassthroughScorer
-except ImportError:  # pragma: no cover
-    _PassthroughScorer = None
-
-
-def _plain_accuracy(scorer: Any, estimator: Any, y: Any) -> bool:
-    """Whether ``scorer`` would compute plain accuracy on 1-d labels.
-
-    The default scorer of a classifier is ``ClassifierMixin.score``, i.e. ``accuracy_score``,
-    whose target-type checks cost more than the prediction on small data (0.7 ms a call
-    with scikit-learn 1.9). On 1-d numpy labels it is ``mean(y_pred == y)``, bit for bit.
-    """
-    return (
-        type(scorer) is _PassthroughScorer
-        and getattr(type(estimator), "score", None) is ClassifierMixin.score
-        and isinstance(y, np.ndarray)
-        and y.ndim == 1
-        and (y.dtype.kind in "biu" or (y.dtype.kind == "f" and bool(np.all(np.mod(y, 1) == 0))))
-    )
-
-
-def _score(
-    scorer: Callable[..., Any], estimator: Any, X: Any, y: Any, multimetric: bool
-) -> dict[str, float]:
-    if not multimetric and _plain_accuracy(scorer, estimator, y):
-        y_pred = np.asarray(estimator.predict(X))
-        if y_pred.shape == y.shape and y_pred.dtype.kind in "biuf":
-            return {"score": float(np.mean(y_pred == y))}
-    result = scorer(estimator, X) if y is None else scorer(estimator, X, y)
-    if multimetric:
-        return {k: float(v) for k, v in result.items()}
-    return {"score": float(result)}
-
-
 def _error_scores(context: EvalContext, names: list[str]) -> dict[str, float]:
     return {name: float(context.error_score) for name in names}
 
@@ -233,21 +201,37 @@ def _run_fold(
         return fold
     fold.fit_time = time.perf_counter() - t0
     t1 = time.perf_counter()
-    try:
-        fold.test = _score(context.scorer, estimator, X_test, y_test, context.multimetric)
-        if context.return_train_score:
-            fold.train = _score(context.scorer, estimator, X_train, y_train, context.multimetric)
-        if oof is not None:
+    fold.test, fold.train, fold.error = score_fold(
+        context.scorer,
+        context.multimetric,
+        context.error_score,
+        estimator,
+        (X_test, y_test, score_weight(context, data, n_samples, test)),
+        (X_train, y_train, score_weight(context, data, n_samples, train))
+        if context.return_train_score
+        else None,
+    )
+    if fold.error is None and oof is not None:
+        try:
             oof.add(estimator, X_test, test)
-    except TrialTimeoutError:
-        raise
-    except Exception:
-        if context.error_score == "raise":
+        except TrialTimeoutError:
             raise
-        fold.test, fold.train = {}, {}
-        fold.error = traceback.format_exc()
+        except Exception:
+            if context.error_score == "raise":
+                raise
+            fold.test, fold.train = {}, {}
+            fold.error = traceback.format_exc()
     fold.score_time = time.perf_counter() - t1
     return fold
+
+
+def score_weight(context: EvalContext, data: SearchData, n_samples: int, rows: Any) -> Any:
+    """The ``sample_weight`` of ``rows`` that the scorer takes, or None (see
+    :func:`~dmlsearch._scoring.scorer_takes_weight`)."""
+    if not context.score_weight:
+        return None
+    weight = {"sample_weight": data.fit_params["sample_weight"]}
+    return _index_fit_params(weight, n_samples, rows)["sample_weight"]
 
 
 def run_limit(timeout: float | None, stop_by: float | None) -> tuple[float | None, bool]:

@@ -26,6 +26,7 @@ from ._rung_records import RungRows, open_experiment, restore_steps
 from ._rung_store import StateStore, state_store_for
 from ._rungs import RungContext, RungResult, drop_states
 from ._schedule_plan import SchedulePlan, bind_scheduler, plan_schedule
+from ._scoring import scorer_takes_weight
 from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
 from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError
@@ -96,7 +97,14 @@ class _Setup:
     context: RungContext
 
 
-def _prepare(search: SearchCV, X: Any, y: Any, groups: Any, seed: int | None = None) -> _Setup:
+def _prepare(
+    search: SearchCV,
+    X: Any,
+    y: Any,
+    groups: Any,
+    fit_params: dict[str, Any],
+    seed: int | None = None,
+) -> _Setup:
     """Validate every argument and build the schedule, before any work is submitted.
 
     ``seed``: the one a resumed experiment ran with (else from ``random_state``).
@@ -117,6 +125,7 @@ def _prepare(search: SearchCV, X: Any, y: Any, groups: Any, seed: int | None = N
         error_score=search.error_score,
         return_train_score=search.return_train_score,
         trial_timeout=None if search.trial_timeout is None else float(search.trial_timeout),
+        score_weight=scorer_takes_weight(scoring, fit_params),
     )
     classes = np.unique(y) if is_classifier(search.estimator) and y is not None else None
     return _Setup(
@@ -299,7 +308,7 @@ def fit_multifidelity(
     from .runner import cluster_shape, resolve_client
 
     clock = PhaseClock()
-    setup = _prepare(search, X, y, groups)
+    setup = _prepare(search, X, y, groups, fit_params)
     registry = None if search.registry is None else as_registry(search.registry)
     name = search.experiment_name or f"{type(search.estimator).__name__}-{uuid.uuid4().hex[:8]}"
     recorder = None
@@ -316,7 +325,7 @@ def fit_multifidelity(
                 )  # fmt: skip
                 if prior is not None:
                     if prior.seed != setup.seed:  # the seed the experiment started with
-                        setup = _prepare(search, X, y, groups, seed=prior.seed)
+                        setup = _prepare(search, X, y, groups, fit_params, prior.seed)
                     restored = restore_steps(
                         search, opened, prior, previous, setup.strategy, setup.space,
                         len(setup.splits),

@@ -36,12 +36,13 @@ from ._evaluate import (
     _index_fit_params,
     _num_samples,
     _quiet_warnings,
-    _score,
     _worker_name,
     run_limit,
+    score_weight,
 )
 from ._rung_cache import Held, drop_states, held_states, put, take
 from ._rung_store import StateStore
+from ._scoring import score_fold
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from ._xgb_matrices import cached_fold_rows, fold_rows_key
 from .exceptions import TrialTimeoutError
@@ -231,29 +232,45 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: Hel
         t0 = time.perf_counter()
         try:
             step = _train_fold(context, state, X_train, y_train, spec, previous, fit_params, k)
-            out.fit_times.append(time.perf_counter() - t0)
-            t1 = time.perf_counter()
-            out.test.append(_score(ev.scorer, step.estimator, X_test, y_test, ev.multimetric))
-            if ev.return_train_score:
-                out.train.append(
-                    _score(ev.scorer, step.estimator, X_train, y_train, ev.multimetric)
-                )
-            out.score_times.append(time.perf_counter() - t1)
         except TrialTimeoutError:
             raise
         except Exception:
             if ev.error_score == "raise":
                 raise
-            out.error = out.error or traceback.format_exc()
-            out.fit_times.append(time.perf_counter() - t0)
-            out.score_times.append(0.0)
-            out.test.append({})
-            out.train.append({})
+            _fold_failed(out, traceback.format_exc(), time.perf_counter() - t0, 0.0)
             continue
+        fit_time = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        test_scores, train_scores, error = score_fold(
+            ev.scorer,
+            ev.multimetric,
+            ev.error_score,
+            step.estimator,
+            (X_test, y_test, score_weight(ev, data, n_samples, test)),
+            (X_train, y_train, score_weight(ev, data, n_samples, train))
+            if ev.return_train_score
+            else None,
+        )
+        if error is not None:
+            _fold_failed(out, error, fit_time, time.perf_counter() - t1)
+            continue
+        out.fit_times.append(fit_time)
+        out.score_times.append(time.perf_counter() - t1)
+        out.test.append(test_scores)
+        if ev.return_train_score:
+            out.train.append(train_scores)
         out.work += step.work
         out.continued = out.continued and step.continued
         out.models.append(step.estimator)
     return out
+
+
+def _fold_failed(out: _Step, error: str, fit_time: float, score_time: float) -> None:
+    out.error = out.error or error
+    out.fit_times.append(fit_time)
+    out.score_times.append(score_time)
+    out.test.append({})
+    out.train.append({})
 
 
 def run_rung_step(

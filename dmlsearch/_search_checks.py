@@ -41,7 +41,7 @@ def validate_search(search: SearchCV) -> tuple[Scoring, str | None]:
         )
     _check_counts(search)
     _check_flags(search)
-    scoring = resolve_scoring(search.estimator, search.scoring)
+    scoring = resolve_scoring(search.estimator, search.scoring, search.error_score == "raise")
     refit_metric = _refit_metric(search, scoring)
     check_state_store(search.state_store)
     if search.scheduler is None:

@@ -28,7 +28,7 @@ from ._experiment import open_experiment, recorded_params
 from ._oof import artifact_sink, memory_sink
 from ._recording import SearchRecorder, data_fingerprint, input_signature, outcome_from_record
 from ._results import build_cv_results
-from ._scoring import Scoring
+from ._scoring import Scoring, scorer_takes_weight
 from ._search_checks import check_early_stopping, validate_search
 from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
 from ._validation import cv_splits
@@ -308,6 +308,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         strategy = make_strategy(self.strategy, space, self.n_trials, seed)
 
         context = self._eval_context(scoring, splits, X, y)
+        context.score_weight = scorer_takes_weight(scoring, fit_params)
         data = SearchData(X, y, dict(fit_params))
         outcomes: dict[int, TrialOutcome] = {}
         skip: set[int] = set()

@@ -11,7 +11,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier
 
-from dmlsearch._evaluate import _plain_accuracy, _score
+from dmlsearch._scoring import _plain_accuracy
+from dmlsearch._scoring import score as _score
 
 
 @pytest.mark.parametrize("labels", ["int", "float", "bool", "uint8"])

@@ -26,8 +26,9 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils.metaestimators import _safe_split
 
-from .._evaluate import SearchData, _score
+from .._evaluate import SearchData
 from .._rungs import RungContext, RungResult, RungSpec
+from .._scoring import score
 from .._states import COMPLETE
 from ..exceptions import InvalidParameterError
 from .gang import Gang
@@ -145,9 +146,9 @@ class GangRungSteps:
                 work += trained
             fit_times.append(time.perf_counter() - t0)
             t1 = time.perf_counter()
-            test.append(_score(ev.scorer, net, X_test, y_test, ev.multimetric))
+            test.append(score(ev.scorer, net, X_test, y_test, ev.multimetric))
             if ev.return_train_score:
-                train.append(_score(ev.scorer, net, X_train, y_train, ev.multimetric))
+                train.append(score(ev.scorer, net, X_train, y_train, ev.multimetric))
             score_times.append(time.perf_counter() - t1)
             nets.append(net)
         with self._lock:

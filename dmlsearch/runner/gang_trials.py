@@ -40,7 +40,8 @@ from distributed import Client
 from sklearn.base import clone
 from sklearn.utils.metaestimators import _safe_split
 
-from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec, _score
+from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec
+from .._scoring import score
 from .._states import COMPLETE, FAILED
 from ..exceptions import GangWorkerLostError, InvalidParameterError, NoWorkersError
 from ..progress import NullProgress
@@ -508,10 +509,10 @@ class GangTrialRunner:
             fitted = _guarded(gang, functools.partial(fit, X_train, y_train))
             fit_times.append(time.perf_counter() - t0)
             t1 = time.perf_counter()
-            test_scores.append(_score(context.scorer, fitted, X_test, y_test, context.multimetric))
+            test_scores.append(score(context.scorer, fitted, X_test, y_test, context.multimetric))
             if train_scores is not None:
                 train_scores.append(
-                    _score(context.scorer, fitted, X_train, y_train, context.multimetric)
+                    score(context.scorer, fitted, X_train, y_train, context.multimetric)
                 )
             score_times.append(time.perf_counter() - t1)
         return TrialOutcome(

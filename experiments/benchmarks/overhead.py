@@ -81,7 +81,7 @@ def _best(cv_results: dict[str, Any]) -> float:
 
 # ``--scoring accuracy`` sets this (in the child) to "accuracy": every contender then scores
 # through scikit-learn's accuracy scorer; None leaves each with its default (for dmlsearch,
-# the shortcut mean(y_pred == y), see dmlsearch/_evaluate.py _plain_accuracy).
+# the shortcut mean(y_pred == y), see dmlsearch/_scoring.py _plain_accuracy).
 SCORING: str | None = None
 DASHBOARD = True  # dmlsearch's dashboard publishing; the "dml_nodash" contender turns it off
 
