@@ -2,9 +2,11 @@
 
 ``check_candidate`` tells whether every parameter NAME of a candidate is one the estimator
 accepts, with the estimators that the candidate itself swaps in (a Pipeline step replaced
-by a ``Categorical`` of estimators, say) taken into account. It is cached by the shape of
-the candidate (its names, and the types of its estimator-valued parameters), so a runner
-can call it for every candidate at negligible cost.
+by a ``Categorical`` of estimators, say) taken into account. A name that ``get_params``
+does not list but ``set_params`` takes (xgboost's ``**kwargs`` such as ``eta``, skorch's
+``module__h``) is accepted, as scikit-learn's searches accept it. The answer is cached by
+the shape of the candidate (its names, and the types of its estimator-valued parameters),
+so a runner can call it for every candidate at negligible cost.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "check_search_params",
     "check_space_names",
     "cv_splits",
+    "set_params_accepts",
 ]
 
 #: Shape of a candidate -> None (its names are valid) or the message of the error.
@@ -78,13 +81,39 @@ def _names(estimator: Any, params: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def _unknown(params: Mapping[str, Any], names: set[str]) -> list[str]:
+def set_params_accepts(estimator: Any, params: Mapping[str, Any], name: str) -> bool:
+    """Whether ``set_params`` takes ``name`` on a clone of ``estimator``, once what
+    ``params`` puts at its owners (``clf`` for ``clf__C``) and its steps are set.
+
+    ``get_params`` of a fresh estimator is not the whole story: ``**kwargs`` parameters
+    and skorch's ``module__*``/``optimizer__*`` appear there only once set.
+    """
+    from sklearn.base import clone
+
+    def copied(value: Any) -> Any:  # set_params must not change the caller's estimators
+        if _is_estimator(value) or _holds_estimators(value):
+            return clone(value, safe=False)
+        return value
+
+    context = {
+        key: copied(value)
+        for key, value in params.items()
+        if name.startswith(key + "__") or (key != name and _holds_estimators(value))
+    }
+    try:
+        clone(estimator).set_params(**context, **{name: copied(params.get(name))})
+    except Exception:  # whatever set_params raises, the name cannot be set
+        return False
+    return True
+
+
+def _unknown(estimator: Any, params: Mapping[str, Any], names: set[str]) -> list[str]:
     unknown = [key for key in params if key not in names]
     if any(_holds_estimators(params[key]) for key in params):
         # A candidate that sets a list of steps renames what nested names refer to:
         # only its top-level names can be checked here.
         unknown = [key for key in unknown if "__" not in key]
-    return unknown
+    return [key for key in unknown if not set_params_accepts(estimator, params, key)]
 
 
 def _message(estimator: Any, params: Mapping[str, Any], unknown: list[str], names: set[str]) -> str:
@@ -143,7 +172,7 @@ def check_candidate(
         message = cache[key]
     else:
         names = _names(estimator, params)
-        unknown = _unknown(params, names)
+        unknown = _unknown(estimator, params, names)
         message = _message(estimator, params, unknown, names) if unknown else None
         if cache is not None:
             cache[key] = message

@@ -538,6 +538,21 @@ def test_estimators_taking_any_keyword_accept_any_name(tmp_path: Path) -> None:
     assert type(build_model(cfg).named_steps["clf"]).__name__ == "AnyKeywords"
 
 
+def test_space_names_that_set_params_takes_are_accepted() -> None:
+    """xgboost's eta is a **kwargs parameter: get_params omits it, set_params takes it."""
+    pytest.importorskip("xgboost")
+    base = copy.deepcopy(VALID)
+    base["model"]["steps"]["clf"] = {"class": "xgboost.XGBClassifier"}
+    space: Any = {"clf__eta": {"type": "float", "low": 0.01, "high": 0.5}}
+    parse_config(with_value("search.space", space, base))
+    space = [{"clf": [{"class": "xgboost.XGBClassifier"}], "clf__eta": [0.1, 0.3]}]
+    parse_config(with_value("search.space", space))
+    space[0]["scale__with_meen"] = [True]
+    errors = problems(with_value("search.space", space))
+    assert list(errors) == ["search.space[0].scale__with_meen"]
+    assert "did you mean 'scale__with_mean'" in errors["search.space[0].scale__with_meen"].message
+
+
 def test_conditional_subspaces_and_estimator_choices() -> None:
     space = [
         {

@@ -360,6 +360,20 @@ def test_refit_false_multimetric_sets_no_best_like_scikit_learn(client, data):
         assert hasattr(ours, attr) == hasattr(theirs, attr) is False
 
 
+def test_kwargs_parameters_of_xgboost_are_searched_like_scikit_learn(client, data):
+    xgboost = pytest.importorskip("xgboost")
+    X, y = data
+    # eta is taken by set_params (**kwargs) though get_params() of a fresh model omits it.
+    grid = {"eta": [0.05, 0.5], "n_estimators": [5]}
+    model = xgboost.XGBClassifier(n_jobs=1)
+    ours = SearchCV(model, grid, strategy="grid", cv=KFold(3), client=client).fit(X, y)
+    theirs = GridSearchCV(model, grid, cv=KFold(3)).fit(X, y)
+    np.testing.assert_allclose(
+        ours.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"]
+    )
+    assert ours.best_params_ == theirs.best_params_
+
+
 def test_refit_false_hides_delegated_methods_like_scikit_learn(client, data):
     X, y = data
     methods = ("predict", "predict_proba", "predict_log_proba", "decision_function")

@@ -74,11 +74,13 @@ def test_cache_by_shape_checks_each_shape_once():
         check_candidate(estimator, {"clf": GaussianNB(), "clf__var_smoothing": c}, cache)
         check_candidate(estimator, {"clf": LogisticRegression(), "clf__C": c}, cache)
     assert CountingPipeline.calls == 2 and len(cache) == 2
-    # A refused shape is remembered as refused.
-    for _ in range(2):
-        with pytest.raises(InvalidParameterError):
-            check_candidate(estimator, {"clf": GaussianNB(), "clf__C": 1.0}, cache)
-    assert CountingPipeline.calls == 3
+    # A refused shape is remembered as refused (set_params was tried on a clone once).
+    with pytest.raises(InvalidParameterError):
+        check_candidate(estimator, {"clf": GaussianNB(), "clf__C": 1.0}, cache)
+    calls = CountingPipeline.calls
+    with pytest.raises(InvalidParameterError):
+        check_candidate(estimator, {"clf": GaussianNB(), "clf__C": 2.0}, cache)
+    assert CountingPipeline.calls == calls
 
 
 def test_space_names_cover_every_estimator_choice_and_subspace():
@@ -104,3 +106,28 @@ def test_non_sklearn_estimators_and_meta_estimators():
     check_candidate(ct, {"num__with_mean": False, "num": StandardScaler(with_std=False)}, {})
     with pytest.raises(InvalidParameterError, match="num__with_mean"):
         check_candidate(ct, {"num__with_mean": False, "num": GaussianNB()}, {})
+
+
+def test_names_that_set_params_takes_but_get_params_omits_are_accepted():
+    xgboost = pytest.importorskip("xgboost")
+    skorch = pytest.importorskip("skorch")
+    torch = pytest.importorskip("torch")
+    # xgboost's **kwargs (booster aliases) and skorch's module__*/optimizer__* are listed by
+    # get_params only once set; GridSearchCV searches them through set_params.
+    check_space_names(xgboost.XGBClassifier(), as_space({"eta": [0.1], "n_estimators": [5]}))
+    xgb_pipe = Pipeline([("scale", StandardScaler()), ("clf", xgboost.XGBClassifier())])
+    check_space_names(xgb_pipe, as_space({"clf__eta": Float(0.01, 0.5)}))
+    net = skorch.NeuralNetClassifier(torch.nn.Linear, optimizer=torch.optim.SGD)
+    space = as_space({"module__in_features": [4, 8], "optimizer__momentum": Float(0.0, 0.9)})
+    check_space_names(net, space)
+    cache: dict = {}
+    check_candidate(net, {"module__in_features": 4, "optimizer__momentum": 0.5}, cache)
+    assert list(cache.values()) == [None]
+    assert not hasattr(net, "module__in_features")  # checked on a clone
+    # set_params refuses these: still refused, with the hint.
+    with pytest.raises(InvalidParameterError, match="did you mean 'max_epochs'"):
+        check_space_names(net, as_space({"max_epoch": [1, 2]}))
+    swapped = {"clf": GaussianNB(), "clf__eta": 0.1}
+    with pytest.raises(InvalidParameterError, match=r"when clf=GaussianNB\(\)"):
+        check_candidate(xgb_pipe, swapped, {})
+    assert swapped["clf"].get_params() == GaussianNB().get_params()

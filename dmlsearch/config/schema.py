@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from .._validation import set_params_accepts
 from ._cluster import AdaptSection, ClusterSection, LocalClusterSection, RegistrySection
 from ._common import Loc, _err, _known, _Problems, _suggest
 from ._data_model import DataSection, ModelSection, _model_shorthand, _Section
@@ -140,6 +141,9 @@ class ExperimentConfig(_Section):
             name = str(loc[-1])
             if name in valid or _valid_under_choice(name, search.space, loc):
                 continue
+            # Names set_params takes though get_params does not list them (xgboost's eta).
+            if set_params_accepts(estimator, {name: None}, name):
+                continue
             hint = _suggest(name, valid)
             if not hint:
                 hint = f" (parameters: {_known(list(valid))})"
@@ -200,7 +204,9 @@ def _valid_under_choice(name: str, space: Any, loc: Loc) -> bool:
         choices = getattr(dim, "choices", None)
         if choices is not None:
             return any(
-                hasattr(c, "get_params") and rest in c.get_params(deep=True) for c in choices
+                hasattr(c, "get_params")
+                and (rest in c.get_params(deep=True) or set_params_accepts(c, {rest: None}, rest))
+                for c in choices
             )
         head, _, tail = prefix.rpartition("__")
         prefix, rest = head, f"{tail}__{rest}"
