@@ -28,6 +28,7 @@ from ._pruners import PRUNERS, Pruner, make_pruner
 from ._search_support import resolve_seed
 from ._states import COMPLETE
 from .exceptions import InvalidParameterError
+from .registry._checks import check_new_name
 from .runner.loop import RunStats, WorkLoop
 from .runner.units import UnitPolicy
 from .strategies import Strategy
@@ -197,6 +198,8 @@ def check_run_args(
         raise InvalidParameterError("trial_timeout", f"must be > 0 or None, got {trial_timeout!r}")
     if not _is_int(max_retries) or max_retries < 0:
         raise InvalidParameterError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
+    if experiment_name is not None:
+        check_new_name("experiment_name", experiment_name, "an experiment name")
     if resume and (registry is None or experiment_name is None):
         raise InvalidParameterError(
             "resume", "resume=True needs a registry and the experiment_name to continue"

@@ -14,6 +14,7 @@ from ._rung_store import check_state_store
 from ._scoring import Scoring, resolve_scoring
 from ._validation import check_search_params, check_space_names
 from .exceptions import DmlsearchError, InvalidParameterError
+from .registry._checks import check_model_name
 from .space import as_space
 
 if TYPE_CHECKING:
@@ -105,6 +106,9 @@ def _check_flags(search: SearchCV) -> None:
     name = search.experiment_name
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise InvalidParameterError("experiment_name", f"must be a non-empty string, got {name!r}")
+    if name is not None:
+        # The best model is registered under the experiment's name.
+        check_model_name("experiment_name", name, "an experiment name (the best model's name)")
     if search.resume and (search.registry is None or name is None):
         raise InvalidParameterError(
             "resume", "resume=True needs a registry and the experiment_name to continue"

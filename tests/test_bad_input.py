@@ -248,6 +248,9 @@ BAD_PARAMETERS = [
     ("resume", True, "resume"),  # without a registry and an experiment name
     ("progress", "yes", "progress"),
     ("experiment_name", " ", "experiment_name"),
+    ("experiment_name", "svc@v2", "experiment_name"),  # the model's name: 'svc@v2' is an alias
+    ("experiment_name", "svc\n", "experiment_name"),
+    ("experiment_name", "a\tb", "experiment_name"),
     ("dashboard", None, "dashboard"),
     ("registry", 3, "registry"),
     ("strategy", "no_such_strategy", "strategy"),
@@ -428,6 +431,14 @@ def test_register_model_refuses_bad_arguments_before_writing(
         (lambda r: r.register_model("c", LogisticRegression(), data_fingerprint=3), "data_fingerprint"),
         (lambda r: r.register_model("a\x00b", LogisticRegression()), "name"),
         (lambda r: r.register_model(" ", LogisticRegression()), "name"),
+        (lambda r: r.register_model("clf@prod", LogisticRegression()), "name"),
+        (lambda r: r.register_model("clf ", LogisticRegression()), "name"),
+        (lambda r: r.register_model("c\nlf", LogisticRegression()), "name"),
+        (lambda r: r.set_alias("clf", "latest", 1), "alias"),
+        (lambda r: r.set_alias("clf", "1", 1), "alias"),
+        (lambda r: r.set_alias("clf", "v1", 1), "alias"),
+        (lambda r: r.set_alias("clf", "prod\t", 1), "alias"),
+        (lambda r: r.set_alias("clf", "pr\nod", 1), "alias"),
         (lambda r: r.gc(grace_seconds=-1), "grace_seconds"),
     ],
 )  # fmt: skip
@@ -452,3 +463,14 @@ def test_registry_locations_that_are_not_locations(
         Registry(**kwargs)
     assert info.value.param == param
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("name", ["exp\n", " exp", "a\tb"])
+def test_optimize_refuses_an_experiment_name_that_does_not_print_as_typed(
+    no_work: None, name: str
+) -> None:
+    from dmlsearch import optimize
+
+    with pytest.raises(InvalidParameterError) as info:
+        optimize(lambda t: 0.0, {"x": Float(0, 1)}, n_trials=1, experiment_name=name)
+    assert info.value.param == "experiment_name"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,9 +20,12 @@ from ..exceptions import InvalidParameterError
 __all__ = [
     "INT32_MAX",
     "INT64_MAX",
+    "check_alias_name",
     "check_bool",
     "check_count",
     "check_mapping",
+    "check_model_name",
+    "check_new_name",
     "check_number",
     "check_states",
     "check_text",
@@ -65,6 +70,54 @@ def check_text(
         raise InvalidParameterError(
             param, f"{what} is not valid Unicode text ({exc.reason}): {value!r}"
         ) from None
+
+
+#: Alias names that read as a version in ``name@alias`` (MLflow reserves the same).
+_VERSION_LIKE = re.compile(r"latest|v?\d+|version\d+", re.IGNORECASE)
+# Control characters and line breaks: a name must print on one line, as typed.
+_CONTROL = frozenset({"Cc", "Zl", "Zp"})
+
+
+def check_new_name(param: str, value: object, what: str, *, max_length: int | None = None) -> None:
+    """A name about to be created: :func:`check_text`, on one line, without surrounding spaces.
+
+    Lookups stay lenient so that a name stored before these rules can still be read and
+    deleted.
+    """
+    check_text(param, value, what, max_length=max_length)
+    assert isinstance(value, str)
+    if value != value.strip():
+        raise InvalidParameterError(
+            param, f"{what} must not start or end with whitespace, got {value!r}"
+        )
+    if any(unicodedata.category(ch) in _CONTROL for ch in value):
+        raise InvalidParameterError(
+            param, f"{what} must not contain control characters (newline, tab...), got {value!r}"
+        )
+
+
+def check_model_name(
+    param: str, value: object, what: str = "a model name", *, max_length: int | None = None
+) -> None:
+    """A new model name: :func:`check_new_name`, and no ``@`` (``name@alias`` is an alias)."""
+    check_new_name(param, value, what, max_length=max_length)
+    if "@" in str(value):
+        raise InvalidParameterError(
+            param,
+            f"{what} must not contain '@', got {value!r}: 'name@alias' loads an alias, so "
+            "the model could not be loaded by name",
+        )
+
+
+def check_alias_name(param: str, value: object, *, max_length: int | None = None) -> None:
+    """A new alias: :func:`check_new_name`, and not ``latest`` or a version (``3``, ``v3``)."""
+    check_new_name(param, value, "an alias name", max_length=max_length)
+    if _VERSION_LIKE.fullmatch(str(value)):
+        raise InvalidParameterError(
+            param,
+            f"alias {value!r} would read as a version, not an alias; choose a name such as "
+            "'champion' or 'prod' (for a version, pass version=N)",
+        )
 
 
 def check_count(

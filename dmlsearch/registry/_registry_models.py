@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import InvalidParameterError
 from ._base import InUseError, ModelVersionRecord, NotFoundError
-from ._checks import check_bool, check_count, check_mapping, check_text
+from ._checks import (
+    check_alias_name,
+    check_bool,
+    check_count,
+    check_mapping,
+    check_model_name,
+    check_text,
+)
 from ._registry_core import (
     _check_experiment_key,
     _check_model_name,
@@ -80,6 +87,7 @@ class _RegistryModels(_RegistryCore):
         """Check the arguments, then store ``serialize()`` as the next version of ``name``
         (models through :func:`dump_model`, ensembles as their own format)."""
         _check_model_name("name", name)
+        check_model_name("name", name)
         check_count("trial", trial, "a trial number", optional=True)
         if experiment is not None:
             _check_experiment_key("experiment", experiment)
@@ -169,7 +177,7 @@ class _RegistryModels(_RegistryCore):
     def set_alias(self, name: str, alias: str, version: int) -> None:
         """Point ``name@alias`` at ``version`` (moving it if it pointed elsewhere)."""
         _check_model_name("name", name)
-        check_text("alias", alias, "an alias name")
+        check_alias_name("alias", alias)
         _check_version("version", version)
         if version is None:
             raise InvalidParameterError("version", "set_alias needs the version to point at")

@@ -18,9 +18,17 @@ from sqlalchemy.exc import IntegrityError
 
 from ..exceptions import InvalidParameterError
 from ._base import ModelSummary, ModelVersionRecord, NotFoundError, RegistryError, now
-from ._checks import check_mapping, check_number, check_text
+from ._checks import check_alias_name, check_mapping, check_model_name, check_number, check_text
 from ._sql_core import _SQLCore
-from ._sql_schema import aliases, experiments, model_versions, models, version_metrics, version_tags
+from ._sql_schema import (
+    _MAX_NAME,
+    aliases,
+    experiments,
+    model_versions,
+    models,
+    version_metrics,
+    version_tags,
+)
 from ._sql_values import _check_model_args, _check_name, _check_paging, _chunks, _dumps, _loads
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -115,7 +123,7 @@ class _ModelsMixin(_SQLCore):
         lineage: Mapping[str, Any] | None = None,
         trusted_types: Sequence[str] = (),
     ) -> ModelVersionRecord:
-        _check_name("model", model)
+        check_model_name("model", model, max_length=_MAX_NAME)
         _check_name("format", format, 64)
         check_mapping("metrics", metrics, "metrics")
         for key in metrics or {}:
@@ -313,6 +321,7 @@ class _ModelsMixin(_SQLCore):
 
     def set_alias(self, model: str, alias: str, version: int) -> None:
         _check_model_args(model, version, alias)
+        check_alias_name("alias", alias, max_length=_MAX_NAME)
         with self._transaction(write=True) as conn:
             model_id = self._model_id(conn, model)
             version_id = self._version_id(conn, model, version)

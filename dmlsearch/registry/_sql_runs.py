@@ -22,9 +22,10 @@ from ._base import (
     TrialRecord,
     now,
 )
-from ._checks import check_count, check_mapping, check_states, check_text
+from ._checks import check_count, check_mapping, check_new_name, check_states, check_text
 from ._sql_core import _SQLCore
 from ._sql_schema import (
+    _MAX_NAME,
     _PG_TRIALS_UPSERT,
     _SQLITE_TRIALS_UPSERT,
     _TRIAL_COLUMNS,
@@ -33,7 +34,6 @@ from ._sql_schema import (
 )
 from ._sql_values import (
     _check_experiment_key,
-    _check_name,
     _check_paging,
     _chunks,
     _dumps,
@@ -73,7 +73,7 @@ class _RunsMixin(_SQLCore):
         data_fingerprint: str | None = None,
         cluster: Mapping[str, Any] | None = None,
     ) -> ExperimentRecord:
-        _check_name("name", name)
+        check_new_name("name", name, "an experiment name", max_length=_MAX_NAME)
         check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
         values = {
             "name": name,

@@ -535,6 +535,27 @@ class StoreContract:
             store.set_tag("clf", 1, "", "v")
         assert store.list_models() == ["clf"]
 
+    def test_names_that_would_not_read_back_are_refused(self, store: RegistryStore) -> None:
+        # 'm@a' loads alias 'a' of model 'm'; '1', 'v1' and 'latest' read as versions; a
+        # name with a line break or surrounding spaces does not print as it was typed.
+        for bad in ("clf@prod", " clf", "clf\n", "c\tlf", "c\u2028lf"):
+            with pytest.raises(InvalidParameterError) as info:
+                _version(store, bad)
+            assert info.value.param == "model"
+        for bad in ("exp\n", "exp ", "e\x1bxp"):
+            with pytest.raises(InvalidParameterError) as info:
+                store.create_experiment(bad)
+            assert info.value.param == "name"
+        _version(store)
+        for bad in ("latest", "Latest", "1", "007", "v1", "V2", "version3", " prod", "pr\nod"):
+            with pytest.raises(InvalidParameterError) as info:
+                store.set_alias("clf", bad, 1)
+            assert info.value.param == "alias"
+        for good in ("prod", "v1-candidate", "1st", "名前"):
+            store.set_alias("clf", good, 1)
+        assert store.list_models() == ["clf"]
+        assert store.list_experiments() == []
+
     def test_list_models(self, store: RegistryStore) -> None:
         assert store.list_models() == []
         for name in ("b", "a", "b"):
@@ -674,7 +695,7 @@ class StoreContract:
             _version(store, "b")
         _version(store, "a")
         store.set_alias("b", "champion", 2)
-        store.set_alias("b", "latest", 3)
+        store.set_alias("b", "newest", 3)
         store.delete_model_version("a", 1)
         summaries = store.model_summaries()
         assert [s.name for s in summaries] == ["a", "b"]
@@ -682,12 +703,12 @@ class StoreContract:
         # A model whose versions were all deleted is still listed, with none.
         assert (a.latest_version, a.n_versions, a.aliases, a.updated) == (None, 0, {}, None)
         assert (b.latest_version, b.n_versions) == (3, 3)
-        assert b.aliases == {"champion": 2, "latest": 3}
+        assert b.aliases == {"champion": 2, "newest": 3}
         assert before - 1 <= b.created <= time.time() + 1
         assert b.updated == store.get_model_version("b").created
         # The snapshot is the caller's.
         b.aliases["x"] = 1
-        assert store.model_summaries()[1].aliases == {"champion": 2, "latest": 3}
+        assert store.model_summaries()[1].aliases == {"champion": 2, "newest": 3}
 
     # -- deleting experiments ----------------------------------------------------------------
 
