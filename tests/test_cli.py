@@ -128,7 +128,7 @@ def test_quickstart_on_the_embedded_default_then_inspect(in_tmp: Path, client: C
 
     # The registry commands.
     models = ok_json("registry", "models")
-    assert models == [{"model": "quickstart-digits", "versions": 2, "latest": 2, "aliases": ""}]
+    assert models == [{"model": "quickstart-digits", "versions": 2, "latest": 2, "aliases": {}}]
     assert invoke("registry", "alias", "set", "quickstart-digits", "champion", "1").exit_code == 0
     versions = ok_json("registry", "versions", "quickstart-digits")
     assert [v["aliases"] for v in versions] == [["champion"], []]
@@ -699,13 +699,15 @@ def test_model_names_suggest_and_aliases_and_versions_delete(in_tmp: Path) -> No
         == 0
     )
     models = ok_json("registry", "models", "--registry", url)
-    assert models == [{"model": "digits", "versions": 2, "latest": 2, "aliases": "champion->v2"}]
+    assert models == [{"model": "digits", "versions": 2, "latest": 2, "aliases": {"champion": 2}}]
+    human = invoke("registry", "models", "--registry", url)
+    assert "champion->v2" in human.stdout
     assert_clean_failure(
         invoke("registry", "alias", "delete", "digits", "nope", "--registry", url), 2, "nope"
     )
     result = invoke("registry", "alias", "delete", "digits", "champion", "--registry", url)
     assert result.exit_code == 0 and "removed digits@champion" in result.stdout
-    assert ok_json("registry", "models", "--registry", url)[0]["aliases"] == ""
+    assert ok_json("registry", "models", "--registry", url)[0]["aliases"] == {}
 
     refused = CliRunner().invoke(
         app, ["registry", "delete-version", "digits", "1", "--registry", url], input="n\n"

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,7 +19,6 @@ from ._common import (
     _fail,
     _handled,
     _open_registry,
-    _records,
     _table,
 )
 
@@ -34,24 +33,26 @@ def registry_models(registry: RegistryOpt = None, json_: JsonOpt = False) -> Non
     import pandas as pd
 
     with _open_registry(registry) as reg:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in reg.models():
             versions = reg.versions(name)
-            aliases = sorted(f"{a}->v{v.version}" for v in versions for a in v.aliases)
             rows.append(
                 {
                     "model": name,
                     "versions": len(versions),
                     "latest": max((v.version for v in versions), default=None),
-                    "aliases": ", ".join(aliases),
+                    # Scripts get {alias: version}; the table shows it as text.
+                    "aliases": dict(sorted((a, v.version) for v in versions for a in v.aliases)),
                 }
             )
-    frame = pd.DataFrame(rows, columns=["model", "versions", "latest", "aliases"])
     if json_:
-        _echo_json(_records(frame))
-    elif frame.empty:
+        _echo_json(rows)
+    elif not rows:
         typer.echo(f"no models in {reg.url}")
     else:
+        for row in rows:
+            row["aliases"] = ", ".join(f"{a}->v{v}" for a, v in row["aliases"].items())
+        frame = pd.DataFrame(rows, columns=["model", "versions", "latest", "aliases"])
         _table(frame, title=f"models in {reg.url}")
 
 
