@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from sklearn.base import clone
@@ -193,9 +193,9 @@ def _run_fold(
         estimator.fit(X_train, y_train, **fit_params)
     except TrialTimeoutError:
         raise
-    except Exception:
+    except (Exception, SystemExit) as exc:  # sys.exit in a fit must not end the worker
         if context.error_score == "raise":
-            raise
+            reraise(exc)
         fold.fit_time = time.perf_counter() - t0
         fold.error = traceback.format_exc()
         return fold
@@ -223,6 +223,14 @@ def _run_fold(
             fold.error = traceback.format_exc()
     fold.score_time = time.perf_counter() - t1
     return fold
+
+
+def reraise(exc: BaseException) -> NoReturn:
+    """Raise ``exc`` from an estimator again; a ``SystemExit`` as a RuntimeError, which
+    reaches the driver (raised on a worker, it would end the worker process)."""
+    if isinstance(exc, SystemExit):
+        raise RuntimeError(f"the estimator called sys.exit({exc.code!r})") from exc
+    raise exc
 
 
 def score_weight(context: EvalContext, data: SearchData, n_samples: int, rows: Any) -> Any:

@@ -37,6 +37,7 @@ from ._evaluate import (
     _num_samples,
     _quiet_warnings,
     _worker_name,
+    reraise,
     run_limit,
     score_weight,
 )
@@ -234,9 +235,9 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: Hel
             step = _train_fold(context, state, X_train, y_train, spec, previous, fit_params, k)
         except TrialTimeoutError:
             raise
-        except Exception:
+        except (Exception, SystemExit) as exc:  # sys.exit in a fit must not end the worker
             if ev.error_score == "raise":
-                raise
+                reraise(exc)
             _fold_failed(out, traceback.format_exc(), time.perf_counter() - t0, 0.0)
             continue
         fit_time = time.perf_counter() - t0
