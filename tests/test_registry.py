@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -250,6 +251,29 @@ def test_search_records_every_trial_and_registers_the_best(registry, client, dat
             registry=registry,
             experiment_name="lr",
         ).fit(X, y)
+
+
+@pytest.mark.cluster
+def test_an_infinite_best_score_is_recorded_as_the_search_reports_it(registry, client, data):
+    X, y = data
+    search = SearchCV(
+        LogisticRegression(),
+        {"C": [0.5, 2.0, 4.0]},
+        scoring=lambda est, X, y: math.inf if est.C == 2.0 else (-math.inf if est.C > 2 else 0.5),
+        cv=2,
+        client=client,
+        registry=registry,
+        experiment_name="inf",
+        progress=False,
+    ).fit(X, y)
+    assert search.best_score_ == math.inf
+    trials = registry.trials("inf")
+    by_c = trials.set_index("param_C")
+    assert list(by_c.loc[[0.5, 2.0, 4.0], "value"]) == [0.5, math.inf, -math.inf]  # not NaN
+    assert list(by_c.loc[[0.5, 2.0, 4.0], "mean_test_score"]) == [0.5, math.inf, -math.inf]
+    assert registry.experiments()["best_value"].iloc[0] == math.inf
+    assert registry.leaderboard("inf", k=1)["value"].iloc[0] == math.inf
+    assert search.model_version_.metrics["mean_test_score"] == math.inf
 
 
 @pytest.mark.cluster

@@ -46,6 +46,14 @@ FAILED = "failed"
 TIMEOUT = "timeout"
 
 
+def _fold_mean(folds: Sequence[float]) -> float:
+    """The mean of fold scores, exactly summed, as numpy's: an infinite score is kept (a
+    search's ``best_score_`` may be one); NaN for a NaN fold or +inf beside -inf."""
+    if any(math.isnan(s) for s in folds) or (math.inf in folds and -math.inf in folds):
+        return math.nan  # math.fsum raises for inf + -inf
+    return math.fsum(folds) / len(folds)
+
+
 class RegistryError(DmlsearchError):
     """Base class of the registry's errors."""
 
@@ -118,8 +126,8 @@ class TrialRecord:
     ) -> TrialRecord:
         """Build the record of a finished :class:`~dmlsearch.TrialOutcome`.
 
-        ``value`` is the mean over folds of ``metric``, or None when the trial did not
-        complete or a fold score is not finite. Raises InvalidParameterError if a completed
+        ``value`` is the mean over folds of ``metric`` (±inf when a fold's is), or None when
+        the trial did not complete or the mean is NaN. Raises InvalidParameterError if a completed
         trial has no ``metric`` (``"score"`` is the name of a single scorer).
         """
         scores: dict[str, list[float]] = {}
@@ -132,8 +140,9 @@ class TrialRecord:
             )
         folds = scores.get(metric, [])
         value: float | None = None
-        if outcome.state == COMPLETE and folds and all(math.isfinite(s) for s in folds):
-            value = math.fsum(folds) / len(folds)
+        if outcome.state == COMPLETE and folds:
+            mean = _fold_mean(folds)
+            value = None if math.isnan(mean) else mean
         return cls(
             experiment_id=experiment_id,
             number=outcome.number,
@@ -494,7 +503,7 @@ class RegistryStore(abc.ABC):
         for t in trials:
             row: dict[str, Any] = {"number": t.number, "state": t.state, "value": t.value}
             for name, folds in t.scores.items():
-                row[f"mean_test_{name}"] = math.fsum(folds) / len(folds) if folds else None
+                row[f"mean_test_{name}"] = _fold_mean(folds) if folds else None
             for name, param in t.params.items():
                 row[f"param_{name}"] = param
             row.update(

@@ -420,6 +420,43 @@ class StoreContract:
         store.record_trials(exp.id, [make_trial(exp.id, 0, value=float("nan"))])
         assert store.get_trials(exp.id)[0].value is None
 
+    def test_infinite_values_are_kept(self, store: RegistryStore) -> None:
+        from .._evaluate import TrialOutcome
+
+        inf = math.inf
+        exp = store.create_experiment("exp")
+
+        def outcome(number: int, folds: list[float]) -> TrialRecord:
+            done = TrialOutcome(
+                number=number,
+                params={"C": 1.0},
+                seed=0,
+                state=COMPLETE,
+                test_scores=[{"score": s} for s in folds],
+                train_scores=None,
+                fit_times=[0.1] * len(folds),
+                score_times=[0.1] * len(folds),
+                started=100.0,
+                finished=101.0,
+                worker="tcp://w:1",
+            )
+            return TrialRecord.from_outcome(exp.id, done, metric="score")
+
+        records = [
+            outcome(0, [inf, 0.5]),  # the mean a search reports as best_score_: inf
+            outcome(1, [-inf, 0.5]),
+            outcome(2, [inf, -inf]),  # NaN, as numpy's mean
+            outcome(3, [float("nan"), 0.5]),
+            make_trial(exp.id, 4, value=inf),
+        ]
+        store.record_trials(exp.id, records)
+        got = {t.number: t for t in store.get_trials(exp.id)}
+        assert [got[n].value for n in range(5)] == [inf, -inf, None, None, inf]
+        assert got[0].scores == {"score": [inf, 0.5]}
+        assert list(store.trials_dataframe(exp.id)["value"])[:2] == [inf, -inf]
+        _version(store, metrics={"score": inf, "loss": -inf})
+        assert store.get_model_version("clf").metrics == {"score": inf, "loss": -inf}
+
     def test_trials_dataframe(self, store: RegistryStore) -> None:
         exp = store.create_experiment("exp")
         store.record_trials(
