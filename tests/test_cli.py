@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from dmlsearch import Registry
 from dmlsearch.cli import app
+from dmlsearch.registry import NotFoundError
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 SMALL = ["--set", "search.n_trials=3", "--set", "search.cv=2", "--no-progress"]
@@ -657,6 +658,32 @@ def _with_model(url: str, name: str = "digits", versions: int = 2) -> None:
     with Registry(url) as registry:
         for _ in range(versions):
             registry.register_model(name, model)
+
+
+def test_tags_of_versions_are_set_shown_found_and_removed(in_tmp: Path) -> None:
+    url = f"sqlite:///{in_tmp / 'reg.db'}"
+    _with_model(url)
+    result = invoke("registry", "tag", "set", "digits", "2", "stage", "prod", "--registry", url)
+    assert result.exit_code == 0 and "digits version 2: stage=prod" in result.stdout
+    versions = ok_json("registry", "versions", "digits", "--registry", url)
+    assert [v["tags"] for v in versions] == [{}, {"stage": "prod"}]
+    assert "stage=prod" in invoke("registry", "versions", "digits", "--registry", url).stdout
+    with Registry(url) as registry:
+        registry.set_tag("digits", 1, "owner", 7)  # values are text, as MLflow's
+        assert [v.version for v in registry.search_models(tag=("stage", "prod"))] == [2]
+        assert registry.versions("digits")[0].tags == {"owner": "7"}
+        registry.delete_tag("digits", 1, "owner")
+        assert registry.versions("digits")[0].tags == {}
+        with pytest.raises(NotFoundError, match="did you mean 'digits'"):
+            registry.set_tag("digit", 1, "stage", "x")
+    for command, word in (
+        (["registry", "tag", "delete", "digits", "1", "stage"], "stage"),
+        (["registry", "tag", "set", "digits", "9", "stage", "x"], "9"),
+        (["registry", "tag", "set", "digit", "1", "stage", "x"], "did you mean 'digits'"),
+    ):
+        assert_clean_failure(invoke(*command, "--registry", url), 2, word)
+    result = invoke("registry", "tag", "delete", "digits", "2", "stage", "--registry", url)
+    assert result.exit_code == 0 and "removed tag stage of digits version 2" in result.stdout
 
 
 def test_delete_asks_first(in_tmp: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["alias_app", "app", "main", "registry_app"]
+__all__ = ["alias_app", "app", "main", "registry_app", "tag_app"]
 
 # Plain (click) help rather than rich panels: rich reads ``[a, b]`` in a help text as markup
 # and drops it, and typer's panels show a ``<bool>`` type beside every flag.
@@ -24,11 +24,13 @@ app = typer.Typer(
     **_HELP,
 )
 registry_app = typer.Typer(
-    help="Registered models. List, versions, aliases, deletion, integrity, clean-up.",
+    help="Registered models. List, versions, aliases, tags, deletion, integrity, clean-up.",
     **_HELP,
 )
 alias_app = typer.Typer(help="Set or remove aliases (name@alias) of versions.", **_HELP)
 registry_app.add_typer(alias_app, name="alias")
+tag_app = typer.Typer(help="Set or remove tags (key=value) of versions.", **_HELP)
+registry_app.add_typer(tag_app, name="tag")
 app.add_typer(registry_app, name="registry")
 
 

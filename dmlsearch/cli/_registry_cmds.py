@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._app import alias_app, registry_app
+from ._app import alias_app, registry_app, tag_app
 from ._common import (
     ArtifactsOpt,
     JsonOpt,
@@ -63,7 +63,7 @@ def registry_versions(
     registry: RegistryOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """List the versions of a model. Created, format, metrics, aliases, lineage."""
+    """List the versions of a model. Created, format, metrics, aliases, tags, lineage."""
     import dataclasses
 
     import pandas as pd
@@ -83,6 +83,7 @@ def registry_versions(
                 f"{k}={v:.4g}" for k, v in r.metrics.items() if isinstance(v, float)
             ),
             "aliases": ", ".join(r.aliases),
+            "tags": ", ".join(f"{k}={v}" for k, v in sorted(r.tags.items())),
             "experiment": r.lineage.get("experiment"),
             "trial": r.lineage.get("trial"),
             "sha256": r.sha256[:12],
@@ -167,6 +168,38 @@ def alias_delete(
         _known_model(reg, name)
         reg.delete_alias(name, alias)
     typer.echo(f"removed {name}@{alias}")
+
+
+VersionArg = Annotated[int, typer.Argument(metavar="VERSION", help="Version number.")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Tag name, e.g. stage.")]
+
+
+@tag_app.command("set")
+@_handled
+def tag_set(
+    name: ModelArg,
+    version: VersionArg,
+    key: KeyArg,
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="Tag value.")],
+    registry: RegistryOpt = None,
+) -> None:
+    """Set tag KEY of NAME's VERSION to VALUE (replacing its value)."""
+    with _open_registry(registry) as reg:
+        _known_model(reg, name)
+        reg.set_tag(name, version, key, value)
+    typer.echo(f"{name} version {version}: {key}={value}")
+
+
+@tag_app.command("delete")
+@_handled
+def tag_delete(
+    name: ModelArg, version: VersionArg, key: KeyArg, registry: RegistryOpt = None
+) -> None:
+    """Remove tag KEY of NAME's VERSION."""
+    with _open_registry(registry) as reg:
+        _known_model(reg, name)
+        reg.delete_tag(name, version, key)
+    typer.echo(f"removed tag {key} of {name} version {version}")
 
 
 @registry_app.command("verify")

@@ -195,6 +195,27 @@ class _RegistryModels(_RegistryCore):
         except NotFoundError as exc:
             raise self._model_error(name, exc) from None
 
+    def set_tag(self, name: str, version: int, key: str, value: Any) -> None:
+        """Set (or replace) tag ``key`` of a version to ``str(value)``, as MLflow's
+        ``set_model_version_tag``; :meth:`search_models` finds versions by tag."""
+        self._on_version(name, version, "set_tag", self.store.set_tag, key, str(value))
+
+    def delete_tag(self, name: str, version: int, key: str) -> None:
+        """Remove tag ``key`` of a version; raises NotFoundError if it has none."""
+        self._on_version(name, version, "delete_tag", self.store.delete_tag, key)
+
+    def _on_version(
+        self, name: str, version: int, what: str, call: Callable[..., None], *args: Any
+    ) -> None:
+        _check_model_name("name", name)
+        _check_version("version", version)
+        if version is None:
+            raise InvalidParameterError("version", f"{what} needs the version")
+        try:
+            call(name, version, *args)
+        except NotFoundError as exc:
+            raise self._model_error(name, exc) from None
+
     def delete_version(self, name: str, version: int, *, force: bool = False) -> None:
         """Delete a version with its tags and aliases; its blob goes at the next :meth:`gc`.
 
