@@ -451,6 +451,7 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
         ("registry.url", "::not a url::", "registry.url", "database URL"),
         ("registry.uri", "sqlite://", "registry.uri", "did you mean 'url'"),
         ("name", "   ", "name", "printable name"),
+        ("name", "svc@v2", "name", "without '@'"),
         (
             "scheduler",
             {"kind": "ahsa", "resource": "n_samples", "max_resource": 9},

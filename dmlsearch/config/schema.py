@@ -60,6 +60,8 @@ def _experiment_name(value: Any) -> Any:
         value = value.strip()
         if not value or len(value) > 200 or not value.isprintable():
             raise _err(f"expected a printable name of 1 to 200 characters, got {value!r}")
+        if "@" in value:  # the best model is registered under it, and name@alias is an alias
+            raise _err(f"a name without '@' (the best model's name), got {value!r}")
     return value
 
 
