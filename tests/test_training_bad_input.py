@@ -318,6 +318,8 @@ def raises() -> torch.nn.Module:
         ({"elastic": "yes"}, X, Y, "elastic", "True or False"),
         ({"epochs": "3"}, X, Y, "epochs", "int >= 1"),
         ({"epochs": 2**70}, X, Y, "epochs", "below 2\\*\\*63"),
+        ({"model_name": "mlp@v1"}, X, Y, "model_name", "must not contain '@'"),
+        ({"experiment_name": "job\n2"}, X, Y, "experiment_name", "control"),
         ({"batch_size": 2**63}, X, Y, "batch_size", "below 2\\*\\*63"),
         ({"batch_size": 8.0}, X, Y, "batch_size", "int >= 1"),
         ({"n_workers": True}, X, Y, "n_workers", "int >= 1"),

@@ -11,7 +11,7 @@ import torch
 
 from ..ensemble._common import check_bool
 from ..exceptions import DmlsearchError, InvalidParameterError
-from ..registry._checks import INT64_MAX
+from ..registry._checks import INT64_MAX, check_model_name, check_new_name
 from ._data import head
 from ._device import check_device_params
 from ._trial import try_batch
@@ -55,8 +55,12 @@ def check_int(name: str, value: Any, low: int, *, none: bool = False) -> None:
 
 
 def check_name(name: str, value: Any, what: str = "model name") -> None:
+    """None, or a name the registry takes (checked before training, not after it)."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise InvalidParameterError(name, f"expected a non-empty {what} or None, got {value!r}")
+    if value is not None:
+        check = check_model_name if what == "model name" else check_new_name
+        check(name, value, f"a {what}")
 
 
 def check_sync(sync: Any, staleness: Any, prefix: str = "") -> None:
