@@ -141,16 +141,33 @@ def plan_schedule(
     r_min, R, eta = check_schedule(low, high, search.reduction_factor)
     ladder = rung_resources(r_min, R, eta)
     n = search.n_trials
+    grid = _grid_size(search) if n is None else None
     if name == "halving":
+        if grid is not None:  # the whole grid starts, as in HalvingGridSearchCV
+            n = max(grid, eta ** (len(ladder) - 1))
         halving = SuccessiveHalving(r_min, R, eta, n)
         return SchedulePlan(halving, resource, ladder, None), halving.n_trials
     if name == "hyperband":
-        hyperband = Hyperband(r_min, R, eta)
+        per_round = Hyperband(r_min, R, eta).n_trials
+        wanted = n if n is not None else grid
+        rounds = 1 if wanted is None else max(1, -(-int(wanted) // per_round))
+        hyperband = Hyperband(r_min, R, eta, rounds=rounds)
         return SchedulePlan(hyperband, resource, ladder, None), n or hyperband.n_trials
     # ASHA and median stopping learn their trial count from the strategy (see bind).
     placeholder = make_scheduler(name, max_resource=R)
     steps = ladder if name == "median" else None
     return SchedulePlan(placeholder, resource, ladder, steps, bind=True), n
+
+
+def _grid_size(search: SearchCV) -> int | None:
+    """The number of grid points when ``strategy="grid"`` (every one is a trial), else None."""
+    from .space import as_space
+
+    strategy = search.strategy
+    if not (isinstance(strategy, str) and strategy.strip().lower() == "grid"):
+        return None
+    space = as_space(search.search_space)
+    return space.grid_size() if space.is_finite else None
 
 
 def bind_scheduler(plan: SchedulePlan, strategy: Strategy, eta: int) -> Scheduler:

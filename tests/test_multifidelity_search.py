@@ -214,6 +214,10 @@ def test_median_stopping_runs_steps_and_stops_poor_trials(steady, digits):
         ("halving", [1e-3], [1, 1, 1]),
         ("hyperband", [1e-4, 1e-1], None),
         ("hyperband", [1e-3], None),
+        # Larger than the schedule: every point starts, as in HalvingGridSearchCV (halving
+        # schedules 9, Hyperband's brackets 17 a round: a second round takes the rest).
+        ("halving", list(np.logspace(-5, 0, 12)), [12, 4, 1]),
+        ("hyperband", list(np.logspace(-5, 0, 20)), None),
     ],
 )
 def test_a_grid_smaller_than_the_schedule_takes_its_best_to_the_top(
@@ -229,6 +233,8 @@ def test_a_grid_smaller_than_the_schedule_takes_its_best_to_the_top(
     # bracket is such a halving run, and the grid fills it alone.
     if candidates is not None:
         assert search.n_candidates_ == candidates and search.n_resources_ == [1, 3, 9]
+    started = {float(p["alpha"]) for p in search.cv_results_["params"]}
+    assert started == {float(a) for a in alphas}  # no point of the grid left out
     assert search.best_resource_ == 9
     assert max(search.cv_results_["n_resources"]) == 9
     assert float(np.sum(search.cv_results_["work"])) == sum(_highest(search).values())

@@ -7,6 +7,7 @@ import math
 import pickle
 import random
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -133,18 +134,13 @@ def _check_promotion_from(history: History, decision: Promote) -> None:
     assert history.last_rung(decision.trial) == decision.rung - 1
 
 
-def _check_promotion(history: History, decision: Promote, eta: int) -> None:
-    """A (synchronous) promotion comes from the top floor(n_k / eta) of the trial's rung at
-    that moment, n_k counting every trial that went into the rung, failed ones too."""
+def _check_promotion(history: History, decision: Promote, sizes: Sequence[int]) -> None:
+    """A (synchronous) promotion comes from the top ``sizes[rung]`` (the schedule's quota,
+    whatever failed) of the scored trials of the rung below at that moment."""
     k = decision.rung - 1
     _check_promotion_from(history, decision)
     scores = {t: s for t, s in history.at_rung(k).items() if not math.isnan(s)}
-    entered = [
-        t
-        for t in history.results
-        if history.last_rung(t) >= k or (t in history.failed and history.last_rung(t) == k - 1)
-    ]
-    assert decision.trial in rank(scores)[: len(entered) // eta]
+    assert decision.trial in rank(scores)[: sizes[decision.rung]]
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -354,6 +350,19 @@ def test_halving_keeps_the_schedules_quotas_when_trials_fail_or_never_start() ->
     assert _drive(short, four) == [DONE]
 
 
+def test_hyperband_rounds_repeat_the_brackets_with_ids_after_the_first_round() -> None:
+    one, two = Hyperband(1, 9, 3), Hyperband(1, 9, 3, rounds=2)
+    assert (one.n_trials, two.n_trials) == (17, 34)
+    assert [b.bracket for b in two.brackets] == [2, 1, 0, 2, 1, 0]
+    assert two.bracket_of(17).trial_ids == range(17, 26)
+    sim = Sim(two, workers=3, rng=random.Random(0))
+    assert sim.run(lambda t, k: (t * 7 % 34) / 40 + k) is DONE
+    # Per round: 1 of bracket 2, 1 of bracket 1 and all 3 of bracket 0 reach 9.
+    assert sum(1 for t in range(34) if sim.history().resource_reached(t) == 9) == 2 * 5
+    with pytest.raises(InvalidParameterError, match="rounds"):
+        Hyperband(1, 9, 3, rounds=0)
+
+
 def test_halving_runs_to_the_top_rung_and_is_done() -> None:
     sh = SuccessiveHalving(1, 9, 3)  # n_trials = eta**s_max = 9
     sim = Sim(sh, workers=4, rng=random.Random(0))
@@ -393,7 +402,8 @@ def test_hyperband_reaches_the_published_rung_sizes() -> None:
         assert tuple(counts) == bracket.sizes
     for history, decision in sim.decisions:
         if isinstance(decision, Promote):
-            _check_promotion(hb.bracket_of(decision.trial).own(history), decision, 3)
+            owner = hb.bracket_of(decision.trial)
+            _check_promotion(owner.own(history), decision, owner.sizes)
 
 
 # ---------------------------------------------------------------- ASHA
@@ -537,7 +547,7 @@ def test_hyperband_and_halving_invariants(seed: int, workers: int, eta: int, R: 
         for history, decision in sim.decisions:
             if isinstance(decision, Promote):
                 owner = brackets[0] if len(brackets) == 1 else scheduler.bracket_of(decision.trial)  # type: ignore[attr-defined]
-                _check_promotion(owner.own(history), decision, eta)
+                _check_promotion(owner.own(history), decision, owner.sizes)
 
 
 # ---------------------------------------------------------------- median stopping

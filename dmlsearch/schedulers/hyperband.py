@@ -101,17 +101,25 @@ class Hyperband(Scheduler):
     name = "hyperband"
 
     def __init__(
-        self, min_resource: int = 1, max_resource: int = 81, reduction_factor: int = 3
+        self,
+        min_resource: int = 1,
+        max_resource: int = 81,
+        reduction_factor: int = 3,
+        rounds: int = 1,
     ) -> None:
         r_min, R, eta = check_schedule(min_resource, max_resource, reduction_factor)
         self.min_resource = r_min
         self.max_resource = R
         self.reduction_factor = eta
+        #: How many times the brackets run (Li et al.'s outer loop), all at once: more
+        #: trials than one round holds (a large grid, a large n_trials) get brackets too.
+        self.rounds = check_int("rounds", rounds, 1)
         brackets = []
         first = 0
-        for b in hyperband_brackets(R, eta, r_min):
-            brackets.append(SuccessiveHalving(b.r, R, eta, b.n, bracket=b.s, first_trial=first))
-            first += b.n
+        for _ in range(self.rounds):
+            for b in hyperband_brackets(R, eta, r_min):
+                brackets.append(SuccessiveHalving(b.r, R, eta, b.n, bracket=b.s, first_trial=first))
+                first += b.n
         self.brackets: tuple[SuccessiveHalving, ...] = tuple(brackets)
         self.n_trials = first
 
