@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -233,6 +234,8 @@ def test_asha_keeps_is_asha_s_rule_decided_at_once() -> None:
         (lambda: hyperband_brackets(0, 3), "max_resource", [">= 1", "got 0"]),
         (lambda: hyperband_brackets(True, 3), "max_resource", ["True"]),
         (lambda: hyperband_brackets(2**70, 3), "max_resource", ["below 2**63", str(2**70)]),
+        (lambda: hyperband_brackets(float("inf"), 3), "max_resource", ["inf"]),
+        (lambda: hyperband_brackets(np.bool_(True), 3), "max_resource", ["True"]),
         (lambda: ASHA(1, 27, 2**63), "reduction_factor", ["below 2**63"]),
         (lambda: SuccessiveHalving(1, 27, 3, n_trials=0), "n_trials", [">= 1", "got 0"]),
         (lambda: ASHA(3, 27, 3, max_total_resource=2), "max_total_resource", [">= 3"]),
@@ -348,6 +351,12 @@ def test_halving_keeps_the_schedules_quotas_when_trials_fail_or_never_start() ->
     assert _drive(short, four) == [Promote(3, 1, 3, 1), WAIT]
     four[3].append((1, 3, 0.5))
     assert _drive(short, four) == [DONE]
+
+
+def test_numpy_numbers_are_taken_as_python_ones() -> None:
+    # scikit-learn takes any numbers.Integral: so do the schedules.
+    assert rung_resources(np.int64(1), np.int32(9), np.int64(3)) == (1, 3, 9)
+    assert SuccessiveHalving(1, np.float64(9.0), 3, n_trials=np.uint8(9)).n_trials == 9
 
 
 def test_hyperband_rounds_repeat_the_brackets_with_ids_after_the_first_round() -> None:

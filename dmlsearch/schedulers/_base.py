@@ -8,6 +8,7 @@ snapshot always gives the same answer, and a scheduler can be tested as a plain 
 from __future__ import annotations
 
 import math
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -256,7 +257,13 @@ def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     """
     allowed = f">= {low} (below 2**63)" if high is None else f"in [{low}, {high}]"
     high = _INT64_MAX if high is None else high
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    # numbers.Real: numpy's integers and floats too, as scikit-learn takes them.
+    whole = isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real)
+        and math.isfinite(float(value))
+        and float(value) == math.floor(float(value))
+    )
+    if isinstance(value, bool) or not whole:
         raise InvalidParameterError(name, f"must be an integer {allowed}, got {value!r}")
     value = int(value)
     if value < low or value > high:
