@@ -214,6 +214,30 @@ def _step_of(estimator: Any, param: str) -> Any:
     return estimator.get_params(deep=True).get(prefix, estimator) if prefix else estimator
 
 
+def _stops_early(estimator: Any, param: str, X: Any) -> bool:
+    """Whether the model owning ``param`` stops on a validation split of its own.
+
+    Gradient boosting's ``n_iter_no_change``, ``early_stopping=True`` (HistGradientBoosting
+    and the SGD family, MLP), HistGradientBoosting's ``"auto"`` past 10,000 rows: a
+    warm-started fit forgets its early-stopping history and trains past where a fit from
+    scratch stops, so a continued step would not be the model of its resource.
+    """
+    from sklearn.ensemble import GradientBoostingClassifier, GradientBoostingRegressor
+
+    step = _step_of(estimator, param)
+    flag = getattr(step, "early_stopping", False)
+    if flag is True or (flag == "auto" and _num_rows(X) > 10_000):
+        return True
+    return isinstance(step, GradientBoostingClassifier | GradientBoostingRegressor) and (
+        step.n_iter_no_change is not None
+    )
+
+
+def _num_rows(X: Any) -> int:
+    shape = getattr(X, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else len(X)
+
+
 def is_xgboost(estimator: Any) -> bool:
     """Whether ``estimator`` is one of xgboost's scikit-learn models (XGBClassifier, ...).
 
@@ -340,8 +364,9 @@ def train_param(
     ``resource - previous`` more iterations from its previous solution. xgboost's
     ``n_estimators`` (boosting rounds) continue from the previous booster, the same model
     as ``resource`` rounds at once; a skorch net's ``max_epochs`` train ``resource -
-    previous`` more epochs on its module (:func:`is_torch_net`). Otherwise the model is
-    refitted with ``param = resource``. ``matrix_key`` names ``(X, y)`` (a search's fold):
+    previous`` more epochs on its module (:func:`is_torch_net`). Otherwise (a model that
+    stops early on a validation split of its own included) the model is refitted with
+    ``param = resource``. ``matrix_key`` names ``(X, y)`` (a search's fold):
     an xgboost model's training matrix is then built once per key on this worker.
 
     ``consume``: the caller gives ``state`` up (a worker's cached fold model, taken out of
@@ -367,7 +392,7 @@ def train_param(
         return _continue_xgboost(state, X, y, resource, previous, param, fit_params, matrix_key)
     warm = _warm_start_key(param)
     has_warm = warm in state.get_params(deep=True)
-    if has_warm and previous > 0 and _is_fitted(state):
+    if has_warm and previous > 0 and _is_fitted(state) and not _stops_early(state, param, X):
         model = copy.deepcopy(state)
         if resource == previous:
             return TrainStep(model, resource, previous, True, 0)

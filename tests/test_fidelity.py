@@ -179,6 +179,33 @@ def test_warm_start_ensembles_grow_to_the_same_model(estimator: Any, param: str)
     assert estimator.get_params()[warm] is False
 
 
+@pytest.mark.parametrize(
+    ("estimator", "param"),
+    [
+        (
+            GradientBoostingClassifier(n_estimators=1, n_iter_no_change=2, random_state=0),
+            "n_estimators",
+        ),
+        (HistGradientBoostingClassifier(early_stopping=True, random_state=0), "max_iter"),
+        (
+            make_pipeline(StandardScaler(), SGDClassifier(early_stopping=True, random_state=0)),
+            "sgdclassifier__max_iter",
+        ),
+    ],
+    ids=["boosting-n_iter_no_change", "hist-boosting-early-stopping", "pipeline-sgd"],
+)
+def test_models_that_stop_early_refit_instead_of_continuing(estimator: Any, param: str) -> None:
+    # Warm-started, they would forget their early-stopping history and grow past where a
+    # fit from scratch stops: the step would not be the model of its resource.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        small = train_param(estimator, X, Y, 3, param=param)
+        grown = train_param(small.estimator, X, Y, 27, 3, param=param)
+        once = train_param(estimator, X, Y, 27, param=param)
+    assert not grown.continued and grown.work == 27
+    assert np.array_equal(grown.estimator.predict(X), once.estimator.predict(X))
+
+
 def test_warm_start_forest_trains_only_the_new_trees() -> None:
     small = train_param(RandomForestClassifier(random_state=0), X, Y, 3, param="n_estimators")
     grown = train_param(small.estimator, X, Y, 7, 3, param="n_estimators")
