@@ -397,6 +397,7 @@ def _finish(search: SearchCV, rows: RungRows, setup: _Setup) -> None:
         n_splits,
         return_train_score=search.return_train_score,
         error_score=error_score,
+        resource=plan.resource,
     )
     search.cv_results_ = results
     search.trials_ = list[TrialOutcome](steps)

@@ -7,6 +7,7 @@ tools written against scikit-learn read our results unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -166,15 +167,23 @@ def build_rung_results(
     *,
     return_train_score: bool,
     error_score: float,
+    resource: str | None = None,
 ) -> dict[str, Any]:
     """``cv_results_`` of a multi-fidelity search: one row per (trial, rung) step.
 
-    scikit-learn's Halving layout (``iter``, ``n_resources``) plus ``trial``, ``bracket``,
+    scikit-learn's Halving layout (``iter``, ``n_resources``; a ``resource`` that is an
+    estimator parameter is in each row's ``params`` and a ``param_<resource>`` column, so
+    ``best_params_`` sets it too) plus ``trial``, ``bracket``,
     ``work`` (resource units trained in the step), ``continued`` (the step continued
     from the trial's state) and ``from_store`` (that state was the state store's copy,
     not the worker's memory). ``rank_test_*`` orders rows by resource level, then score
     (see :func:`rank_by_resource`).
     """
+    if resource is not None and resource not in ("partial_fit", "n_samples"):
+        steps = [
+            dataclasses.replace(step, params={**step.params, resource: int(step.resource)})
+            for step in steps
+        ]
     results = build_cv_results(
         steps,
         scorer_names,

@@ -14,6 +14,7 @@ import dask
 import numpy as np
 import pytest
 from distributed import Client, get_task_stream
+from sklearn.base import clone
 from sklearn.datasets import load_digits, make_classification
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.linear_model import SGDClassifier
@@ -125,6 +126,12 @@ def test_n_estimators_warm_start_continues(steady):
     assert float(np.sum(r["work"])) == sum(_highest(search).values())
     assert r["continued"][r["n_resources"] > 2].all()
     assert len(search.best_estimator_.estimators_) == search.best_resource_
+    # As scikit-learn's Halving searches: the resource is one of each row's params, so
+    # best_params_ rebuilds the best estimator.
+    assert list(r["param_n_estimators"]) == list(r["n_resources"])
+    assert search.best_params_["n_estimators"] == search.best_resource_
+    rebuilt = clone(search.estimator).set_params(**search.best_params_).fit(X, y)
+    assert np.array_equal(rebuilt.predict_proba(X), search.best_estimator_.predict_proba(X))
 
 
 def test_estimator_without_partial_fit_or_warm_start_by_rows(client):

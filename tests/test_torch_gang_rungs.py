@@ -75,9 +75,10 @@ def test_promoted_trials_continue_their_folds_and_equal_fits_at_their_epochs(
     splits = list(cv.split(X))
     for i in promoted:
         for f, (train, test) in enumerate(splits):
+            # The row's params hold its resource, max_epochs, as scikit-learn's Halving.
+            assert r["params"][i]["max_epochs"] == r["n_resources"][i]
             once = clone(net()).set_params(
-                **r["params"][i], max_epochs=int(r["n_resources"][i]),
-                trainer__n_workers=K, trainer__client=client,
+                **r["params"][i], trainer__n_workers=K, trainer__client=client,
             ).fit(X[train], y[train])  # fmt: skip
             expected = -log_loss(y[test], once.predict_proba(X[test]), labels=once.classes_)
             assert r[f"split{f}_test_score"][i] == pytest.approx(expected, rel=1e-4, abs=1e-6)
