@@ -211,3 +211,33 @@ def test_units_report_progress_and_a_source_can_cancel_one(client):
     assert source.results == {0: 4, 1: -1, 2: 4}
     assert stats.recorded == 3
     assert elapsed < 30
+
+
+def _heartbeat_filters() -> list[str]:
+    import logging
+
+    return [getattr(f, "__name__", "") for f in logging.getLogger("distributed.worker").filters]
+
+
+def test_embedded_workers_drop_the_heartbeat_traceback_of_a_closing_scheduler(client):
+    # A scheduler that stops before a worker's heartbeat arrives made distributed print a
+    # traceback at the end of a search that went well (seen in a README example's stderr).
+    import logging
+
+    from dmlsearch.runner._worker_logging import _not_heartbeat_loss, dask_setup
+
+    assert set(map(tuple, client.run(_heartbeat_filters).values())) == {("_not_heartbeat_loss",)}
+    logger = logging.getLogger("distributed.worker")
+    dask_setup(None)
+    dask_setup(None)  # once only
+    try:
+        assert logger.filters.count(_not_heartbeat_loss) == 1
+        record = logger.makeRecord(
+            logger.name, logging.ERROR, __file__, 0,
+            "Failed to communicate with scheduler during heartbeat.", (), None,
+        )  # fmt: skip
+        assert not logger.filter(record)
+        other = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "x", (), None)
+        assert logger.filter(other)
+    finally:
+        logger.removeFilter(_not_heartbeat_loss)

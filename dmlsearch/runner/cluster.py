@@ -111,6 +111,8 @@ def start_local_cluster(
         "host": "127.0.0.1",
         "dashboard_address": "127.0.0.1:0",
         "silence_logs": logging.ERROR,
+        # No heartbeat traceback on the terminal when the cluster closes (the module says why).
+        "preload": ["dmlsearch.runner._worker_logging"],
         **cluster_kwargs,
     }
     if kwargs["processes"] and "worker_class" not in kwargs:
