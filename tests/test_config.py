@@ -442,6 +442,35 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
             "greater than maximum",
         ),
         ("cluster.local.memory_limit", "lots", "cluster.local.memory_limit", "size"),
+        # Negative sizes passed validation, then the run died with an OverflowError traceback.
+        ("cluster.local.memory_limit", "-1GB", "cluster.local.memory_limit", "is negative"),
+        ("cluster.local.memory_limit", -0.5, "cluster.local.memory_limit", "is negative"),
+        ("cluster.local.memory_limit", float("inf"), "cluster.local.memory_limit", "not finite"),
+        ("cluster.local.memory_limit", 0, None, None),  # distributed: no limit
+        ("cluster.local.memory_limit", 0.5, None, None),  # a fraction of the machine's memory
+        ("cluster.local.memory_limit", "auto", None, None),
+        ("cluster.local.memory_limit", "500MB", None, None),
+        # A valid IPv6 scheduler address was refused; a port past 65535 was accepted.
+        ("cluster", {"address": "tcp://[::1]:8786"}, None, None),
+        ("cluster", {"address": "[fe80::1%eth0]:8786"}, None, None),
+        ("cluster", {"address": "tcp://[not:ipv6]:8786"}, "cluster.address", "IPv6"),
+        ("cluster", {"address": "tcp://::1:8786"}, "cluster.address", "scheduler address"),
+        ("cluster", {"address": "tcp://10.0.0.5:99999"}, "cluster.address", "1 to 65535"),
+        ("cluster", {"address": "tcp://[::1]:0"}, "cluster.address", "1 to 65535"),
+        # connect_timeout was silently ignored beside a cluster the run starts.
+        (
+            "cluster",
+            {"local": {"n_workers": 1}, "connect_timeout": 10},
+            "cluster.connect_timeout",
+            "only used with cluster.address",
+        ),
+        (
+            "cluster",
+            {"class": "distributed.LocalCluster", "connect_timeout": 10},
+            "cluster.connect_timeout",
+            "only used with cluster.address",
+        ),
+        ("cluster", {"address": "tcp://h:1", "connect_timeout": 10}, None, None),
         (
             "cluster.local.treads_per_worker",
             2,

@@ -90,7 +90,7 @@ VALID: dict[str, Any] = {
         "max_resource": 27,
         "reduction_factor": 3,
     },
-    "cluster": {"local": {"n_workers": 1, "threads_per_worker": 1}, "connect_timeout": 10},
+    "cluster": {"local": {"n_workers": 1, "threads_per_worker": 1}},
     "registry": {"url": "sqlite:///bad-input.db", "artifacts": "./artifacts"},
 }
 #: Ensemble selection needs out-of-fold predictions, which a scheduler's search does not

@@ -6,6 +6,8 @@ what it searches; both a search and a training job use them.
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import re
 from typing import Annotated, Any
 
@@ -18,22 +20,39 @@ from ._imports import _base_dir, _import, _ImportFailed
 __all__ = ["AdaptSection", "ClusterSection", "LocalClusterSection", "RegistrySection"]
 
 
+_MEMORY_LIMIT_ALLOWED = (
+    "expected a size such as 4GiB or 500MB, a fraction of this machine's memory (0.5), auto "
+    "(the machine's memory shared among the workers) or 0 for no limit"
+)
+
+
 def _memory_limit(value: Any) -> Any:
+    """What distributed's ``parse_memory_limit`` takes, checked before any worker starts.
+
+    None and 0 mean no limit, ``auto`` the machine's share, a number <= 1 a fraction of the
+    machine's memory, a larger number bytes, and a string a size (``dask.utils.parse_bytes``);
+    a negative or non-finite value would only fail once the workers start.
+    """
     if value is None or value == "auto":
         return value
-    if isinstance(value, bool):
-        raise _err("expected bytes (e.g. 4GiB), auto or a fraction")
-    if isinstance(value, (int, float)) and value >= 0:
-        return value
-    if isinstance(value, str):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _err(f"{_MEMORY_LIMIT_ALLOWED}, got {_short(value)!r}")
+    number: float | None
+    try:
+        number = float(value)  # distributed reads "0.5" and 0.5 alike
+    except ValueError:
+        number = None
+    if number is None:
         from dask.utils import parse_bytes
 
         try:
-            parse_bytes(value)
+            number = float(parse_bytes(str(value)))
         except (ValueError, TypeError):
-            raise _err(f"expected a size such as 4GiB or 500MB, got {value!r}") from None
-        return value
-    raise _err(f"expected a size such as 4GiB, got {_short(value)!r}")
+            raise _err(f"{_MEMORY_LIMIT_ALLOWED}, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        what = "negative" if number < 0 else "not finite"
+        raise _err(f"{value!r} is {what}: {_MEMORY_LIMIT_ALLOWED}")
+    return value
 
 
 class LocalClusterSection(_Section):
@@ -57,8 +76,11 @@ class AdaptSection(_Section):
         return self
 
 
+# A host is a name or IPv4 address (no ':' or '/') or a bracketed IPv6 address
+# (tcp://[::1]:8786), with an optional port.
 _ADDRESS = re.compile(
-    r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?[^\s/:]+(?::\d{1,5})?/?$|^inproc://\S+$"
+    r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?(?:[^\s/:\[\]]+|\[(?P<ipv6>[^\s/\[\]]+)\])"
+    r"(?::(?P<port>\d{1,5}))?/?$|^inproc://\S+$"
 )
 
 
@@ -80,9 +102,25 @@ class ClusterSection(_Section):
     @field_validator("address", mode="after")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        if value is not None and not _ADDRESS.match(value.strip()):
-            raise _err(f"expected a scheduler address such as tcp://10.0.0.5:8786, got {value!r}")
-        return None if value is None else value.strip()
+        if value is None:
+            return None
+        match = _ADDRESS.match(value.strip())
+        if not match:
+            raise _err(
+                "expected a scheduler address such as tcp://10.0.0.5:8786 or "
+                f"tcp://[::1]:8786, got {value!r}"
+            )
+        if match.group("ipv6") is not None:
+            try:
+                ipaddress.IPv6Address(match.group("ipv6"))
+            except ValueError:
+                raise _err(
+                    f"not an IPv6 address between the brackets of {value!r} (e.g. tcp://[::1]:8786)"
+                ) from None
+        port = match.group("port")
+        if port is not None and not 1 <= int(port) <= 65535:
+            raise _err(f"port {int(port)} is out of range: expected 1 to 65535, in {value!r}")
+        return value.strip()
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> ClusterSection:
@@ -99,6 +137,9 @@ class ClusterSection(_Section):
                 f"class (e.g. dask_jobqueue.SLURMCluster); got {given or 'none'}. Leave the "
                 "section out for the embedded default",
             )
+        if self.address is None and "connect_timeout" in self.model_fields_set:
+            # Only a running scheduler is connected to; a started cluster ignores it.
+            problems.add(("connect_timeout",), "only used with cluster.address")
         if self.cls is None:
             for key in ("kwargs", "scale", "adapt"):
                 if getattr(self, key):
