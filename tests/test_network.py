@@ -211,3 +211,68 @@ def test_a_tls_address_without_security_is_a_clear_error(
     with pytest.raises(InvalidParameterError, match="security") as info:
         search.fit(*data)
     assert info.value.param == "client"
+
+
+def _server(reply: bytes | None) -> tuple[str, Any]:
+    """A TCP port on 127.0.0.1 that accepts and then says nothing, or ``reply``."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[Any] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if reply is not None:
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", server
+
+
+@pytest.mark.parametrize(
+    ("reply", "what"), [(None, "no answer"), (b"\xff" * 64 + b"HTTP/1.1 200 OK\r\n\r\n", "")]
+)
+def test_an_address_that_is_not_a_scheduler_is_refused_within_the_timeout(
+    monkeypatch: pytest.MonkeyPatch, reply: bytes | None, what: str
+) -> None:
+    # A port that accepts but never answers (a dashboard's) hung fit forever.
+    import time
+
+    monkeypatch.setattr(cluster_module, "CONNECT_TIMEOUT", 1.0)
+    address, server = _server(reply)
+    try:
+        start = time.monotonic()
+        with pytest.raises(InvalidParameterError, match="did not answer as a Dask scheduler") as e:
+            SearchCV(
+                SleepyClassifier(), {"seconds": [0.0]}, client=address, progress=False, cv=2
+            ).fit(*make_classification(20, 4, random_state=0))
+        assert e.value.param == "client" and what in str(e.value)
+        assert time.monotonic() - start < 6
+    finally:
+        server.close()
+
+
+def test_closed_and_asynchronous_clients_are_refused_in_one_line() -> None:
+    import asyncio
+
+    X, y = make_classification(20, 4, random_state=0)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as lc:
+        closed = Client(lc, set_as_default=False)
+        closed.close()
+        with pytest.raises(InvalidParameterError, match="the Client is closed"):
+            SearchCV(SleepyClassifier(), {"seconds": [0.0]}, client=closed, cv=2).fit(X, y)
+
+        async def in_a_loop() -> None:
+            async with Client(lc.scheduler_address, asynchronous=True) as client:
+                search = SearchCV(SleepyClassifier(), {"seconds": [0.0]}, client=client, cv=2)
+                with pytest.raises(InvalidParameterError, match="asynchronous Client"):
+                    search.fit(X, y)
+
+        asyncio.run(in_a_loop())

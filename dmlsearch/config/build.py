@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..exceptions import InvalidParameterError
 from ._common import ConfigError, Problem, _known, _Problems, _suggest
 from ._data_model import DataSection, ModelSection, _build_model, _infer_format, _sklearn_datasets
 from ._imports import _build_spec, _import
@@ -189,8 +190,11 @@ def open_client(cfg: ExperimentConfig) -> Iterator[Client | None]:
     from distributed import Client
 
     if section.address is not None:
+        from ..runner.cluster import check_is_scheduler
+
         timeout = section.connect_timeout
         try:
+            check_is_scheduler(section.address, float(timeout))
             client = Client(section.address, set_as_default=False, timeout=f"{timeout}s")
         except (OSError, TimeoutError) as exc:
             raise ConfigError(
@@ -202,6 +206,9 @@ def open_client(cfg: ExperimentConfig) -> Iterator[Client | None]:
                     )
                 ]
             ) from None
+        except InvalidParameterError as exc:  # reached, but no scheduler answered
+            message = str(exc).removeprefix(f"{exc.param}: ")
+            raise ConfigError([Problem("cluster.address", message)]) from None
         try:
             yield client
         finally:

@@ -230,13 +230,72 @@ def cluster_shape(client: Client) -> dict[str, Any]:
     return shape
 
 
+#: Seconds a scheduler address has to connect and answer who it is.
+CONNECT_TIMEOUT = 10.0
+
+
+async def _identity(address: str, timeout: float) -> Any:
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=timeout)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
+def check_is_scheduler(address: str, timeout: float | None = None) -> None:
+    """InvalidParameterError unless a Dask scheduler answers at ``address`` in ``timeout``.
+
+    distributed's Client waits for the scheduler's handshake without a deadline: a port
+    that accepts but never answers (the dashboard's 8787 for the scheduler's 8786, another
+    service) hung ``fit`` forever, and one that answered with other bytes failed deep in
+    deserialization. An address that cannot be reached raises OSError (for
+    :func:`_connect`). Plain tcp:// only: other schemes need the cluster's own settings.
+    """
+    import asyncio
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm.addressing import parse_host_port
+
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    scheme, location = parse_address(address)
+    if scheme != "tcp":
+        return
+    host, port = parse_host_port(location, 8786)
+    with socket.create_connection((host, port), timeout=timeout):
+        pass  # reachable: what answers there is checked next
+
+    def ask() -> Any:  # in a thread of its own: the caller may be inside an event loop
+        return asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
+
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            reply = pool.submit(ask).result()
+        except Exception as exc:  # a timeout, or bytes that are not Dask's protocol
+            reply = exc
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        what = "no answer" if isinstance(reply, TimeoutError) else type(reply).__name__
+        raise InvalidParameterError(
+            "client",
+            f"{address!r} accepted a connection but did not answer as a Dask scheduler "
+            f"within {timeout:g} s ({what}): is it the scheduler's port (8786 by default) "
+            "rather than its dashboard's (8787) or another service's?",
+        )
+
+
 def _connect(address: str) -> Client:
     """A client on the scheduler at ``address``; InvalidParameterError if it cannot be one."""
     try:
         # Checked before a Client exists: one that fails on its scheme leaves a half-made
         # client whose close blocks the interpreter's exit for 20 s.
         get_backend(parse_address(address)[0])
-        return Client(address, set_as_default=False, timeout="10s")
+        check_is_scheduler(address)
+        return Client(address, set_as_default=False, timeout=f"{CONNECT_TIMEOUT:g}s")
+    except InvalidParameterError:
+        raise
     except OSError as exc:  # unreachable, refused, or a TLS certificate it does not accept
         raise InvalidParameterError(
             "client", f"cannot reach a Dask scheduler at {address!r}: {exc}"
@@ -304,6 +363,7 @@ def resolve_client(client: Any) -> Iterator[Client]:
     started and closed afterwards.
     """
     if isinstance(client, Client):
+        _check_usable(client)
         yield client
         return
     if isinstance(client, str):
@@ -324,7 +384,25 @@ def resolve_client(client: Any) -> Iterator[Client]:
     except ValueError:
         found = None
     if found is not None and found.status == "running":
+        _check_usable(found)
         yield found
         return
     with embedded_cluster() as c:
         yield c
+
+
+def _check_usable(client: Client) -> None:
+    """InvalidParameterError for a client that a search cannot use: closed, or asynchronous."""
+    if getattr(client, "asynchronous", False):
+        raise InvalidParameterError(
+            "client",
+            "an asynchronous Client (asynchronous=True, or the current client inside "
+            "`async def`) is not supported: pass a synchronous distributed.Client, or run "
+            "the search in a thread (await loop.run_in_executor(None, search.fit, X, y))",
+        )
+    if client.status != "running":
+        raise InvalidParameterError(
+            "client",
+            f"the Client is {client.status}: pass a running distributed.Client (or None "
+            "for the current one or an embedded cluster)",
+        )
