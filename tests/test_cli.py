@@ -608,6 +608,44 @@ def test_report_to_a_path_that_cannot_be_written(in_tmp: Path) -> None:
     assert_clean_failure(result, 2, "reports: is a folder: give the report a file name")
 
 
+def test_report_into_a_read_only_folder(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was two tracebacks (the write's and the clean-up's) naming the temporary file, exit 1."""
+    import errno
+
+    url = _one_experiment(in_tmp)
+    (in_tmp / "ro").mkdir()
+    # What a read-only file system does (chmod does not stop root): every write raises EROFS.
+    write_text, unlink = Path.write_text, Path.unlink
+
+    def read_only(real: Any) -> Any:
+        def method(self: Path, *args: Any, **kwargs: Any) -> Any:
+            if self.parent.name == "ro":
+                raise OSError(errno.EROFS, "Read-only file system", str(self))
+            return real(self, *args, **kwargs)
+
+        return method
+
+    monkeypatch.setattr(Path, "write_text", read_only(write_text))
+    monkeypatch.setattr(Path, "unlink", read_only(unlink))
+    result = invoke("report", "exp", "--registry", url, "-o", "ro/out.html")
+    assert_clean_failure(result, 2, "ro/out.html: Read-only file system")
+    assert ".tmp" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_run_with_a_registry_that_cannot_be_opened(in_tmp: Path) -> None:
+    """Was exit 1 (a failed run) for what is bad input: docs/cli.md says exit 2."""
+    # SQLite cannot open a folder as a database, as it cannot create one in a read-only
+    # folder: the same "unable to open database file".
+    (in_tmp / "folder.db").mkdir()
+    experiment = EXPERIMENTS / "quickstart.yaml"
+    result = invoke(
+        "run", experiment, "--registry", f"sqlite:///{in_tmp / 'folder.db'}", "--no-progress"
+    )
+    assert_clean_failure(result, 2, "cannot open the registry at", "folder.db")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 # -- names users expect, deleting ----------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
@@ -85,13 +86,13 @@ def _errors() -> Iterator[None]:
     """Our errors become one message on stderr and an exit code, never a traceback."""
     from ..config import ConfigError
     from ..exceptions import DmlsearchError, InvalidParameterError
-    from ..registry import NotFoundError
+    from ..registry import NotFoundError, RegistryOpenError
 
     try:
         yield
     except ConfigError as exc:
         raise _fail(f"error: {exc}", 2) from None
-    except (InvalidParameterError, NotFoundError) as exc:
+    except (InvalidParameterError, NotFoundError, RegistryOpenError) as exc:
         raise _fail(f"error: {exc}", 2) from None
     except DmlsearchError as exc:
         raise _fail(f"error: {exc}", 1) from None
@@ -107,6 +108,11 @@ def _errors() -> Iterator[None]:
         PermissionError,
     ) as exc:
         # A path given on the command line (or in a file) that cannot be read or written.
+        raise _fail(f"error: {_os_error(exc)}", 2) from None
+    except OSError as exc:
+        if exc.errno != errno.EROFS or not exc.filename:
+            raise
+        # An output path on a read-only file system (which root's writes meet too).
         raise _fail(f"error: {_os_error(exc)}", 2) from None
     except Exception as exc:
         # A database the registry cannot reach or use (sqlalchemy is imported by then).

@@ -31,6 +31,7 @@ __all__ = [
     "ModelVersionRecord",
     "NotFoundError",
     "RegistryError",
+    "RegistryOpenError",
     "RegistryStore",
     "RegistryUnavailableError",
     "TrialRecord",
@@ -72,6 +73,12 @@ class AlreadyExistsError(RegistryError):
 
 class InUseError(RegistryError, ValueError):
     """A version cannot be deleted: other versions (ensembles) still load it."""
+
+
+class RegistryOpenError(RegistryError):
+    """The registry's database cannot be opened: a path that cannot be written (a read-only
+    folder), a server that cannot be reached, a missing driver. The URL or the path is what
+    to change; nothing was recorded."""
 
 
 class RegistryUnavailableError(RegistryError):

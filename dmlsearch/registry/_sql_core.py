@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ..exceptions import InvalidParameterError
-from ._base import RegistryError, RegistryStore, RegistryUnavailableError
+from ._base import RegistryError, RegistryOpenError, RegistryStore, RegistryUnavailableError
 from ._sql_engine import (
     _SQLITE_BUSY_TIMEOUT_S,
     _WRITE_OPTION,
@@ -84,7 +84,7 @@ class _SQLCore(RegistryStore):
                 self._engine.dispose()
                 raise
 
-    def _open_error(self, exc: BaseException) -> RegistryError:
+    def _open_error(self, exc: BaseException) -> RegistryOpenError:
         """A one-line error for a database that could not be opened, with what to check."""
         message = _one_line(exc)
         if self._dialect == "postgresql" and "does not exist" in message:
@@ -98,7 +98,7 @@ class _SQLCore(RegistryStore):
             hint = "check that the URL names the registry's SQLite file"
         else:
             hint = "check the path and its permissions"
-        return RegistryError(f"cannot open the registry at {self.shown_url}: {message}; {hint}")
+        return RegistryOpenError(f"cannot open the registry at {self.shown_url}: {message}; {hint}")
 
     @property
     def shown_url(self) -> str:

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from ..exceptions import InvalidParameterError
-from ._base import RegistryError
+from ._base import RegistryError, RegistryOpenError
 
 # Execution option that makes the SQLite 'begin' hook emit BEGIN IMMEDIATE.
 _WRITE_OPTION = "dmlsearch_write"
@@ -149,7 +149,7 @@ def _make_engine(
                 kwargs["connect_args"] = connect_args
             return sa.create_engine(url, **kwargs), False
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
-        raise RegistryError(
+        raise RegistryOpenError(
             f"cannot open the registry at {shown}: its database driver is not installed "
             f"({exc}); for PostgreSQL install dmlsearch[postgres] and use postgresql+psycopg://"
         ) from None

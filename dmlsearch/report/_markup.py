@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import errno
 import html
@@ -126,7 +127,11 @@ def _write(text: str, path: str | os.PathLike[str]) -> Path:
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # e.g. a read-only folder: there is no tmp file
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            # Name the report's path, not the temporary file beside it.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
         raise
     return out
