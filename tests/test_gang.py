@@ -186,3 +186,27 @@ def test_alive_workers_never_misses_a_worker_to_the_clients_own_refresh(
     ):
         seen = [len(alive_workers(client, running=False)) for _ in range(2000)]
     assert set(seen) == {2}
+
+
+def test_a_cluster_without_workers_yet_is_waited_for_then_named() -> None:
+    # A cluster that is starting (a batch queue, adaptive scaling) has no worker yet: a gang
+    # waits for one as searches do, then fails naming the setting (it failed at once with
+    # "ask for at most 0").
+    from dmlsearch.exceptions import NoWorkersError
+
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as lc,
+        Client(lc, set_as_default=False) as client,
+    ):
+        with (
+            dask.config.set({"dmlsearch.no-workers-timeout": 0.5}),
+            pytest.raises(NoWorkersError, match=r"dmlsearch\.no-workers-timeout"),
+            reserve(client, 2, name="training"),
+        ):
+            pass
+        threading.Timer(0.3, lambda: lc.scale(2)).start()
+        with (
+            dask.config.set({"dmlsearch.no-workers-timeout": 30}),
+            reserve(client, 2, name="training") as gang,
+        ):
+            assert len(gang.workers) == 2

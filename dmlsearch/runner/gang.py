@@ -29,9 +29,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 from distributed import Client, Future, Lock, as_completed
 
-from ..exceptions import GangError, GangWorkerLostError, InvalidParameterError
+from ..exceptions import GangError, GangWorkerLostError, InvalidParameterError, NoWorkersError
 
 __all__ = ["Gang", "alive_workers", "reserve", "run_gang"]
 
@@ -318,6 +319,22 @@ class Gang:
         return error
 
 
+def _wait_for_a_worker(client: Client, k: int, name: str) -> None:
+    """Wait for a cluster that has no worker yet (starting, or a batch queue), as searches
+    do, up to ``dmlsearch.no-workers-timeout`` seconds; then NoWorkersError."""
+    if alive_workers(client, running=False):
+        return
+    timeout = float(dask.config.get("dmlsearch.no-workers-timeout", 60.0))
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise NoWorkersError(
+            f"{name} needs {k} workers at once, and the cluster had none for {timeout:.0f} s "
+            "(dmlsearch.no-workers-timeout): start workers, or connect to a cluster that "
+            "has them"
+        ) from None
+
+
 @contextlib.contextmanager
 def reserve(
     client: Client, k: int, *, name: str = "gang", wait_timeout: float | None = None
@@ -330,6 +347,7 @@ def reserve(
     """
     if not isinstance(k, int) or k < 1:
         raise InvalidParameterError("n_workers", f"must be an int >= 1, got {k!r}")
+    _wait_for_a_worker(client, k, name)
     gang_id = uuid.uuid4().hex[:12]
     started = time.monotonic()
     delay = 0.1
