@@ -252,12 +252,17 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint_which_gc_keeps(tmp_pat
         assert registry.artifacts.problem(checkpoint["sha256"]) is not None
 
 
-def test_an_interrupted_job_is_recorded_so_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_job_is_recorded_so_and_resumes(
+    tmp_path: Path, sig: int, exit_code: int
+) -> None:
+    # SIGTERM is what a batch scheduler's walltime, scancel, kill and docker stop send: it
+    # left the job 'running' for ever, as if its driver had been SIGKILLed.
     url = f"sqlite:///{tmp_path / 'r.db'}"
     cluster = "cluster:\n  local: {n_workers: 2, threads_per_worker: 1}\n"
     file = _experiment(tmp_path, "stopped", "block", cluster=cluster)
-    checkpoint, code, stderr = _kill_after_checkpoint(file, url, "stopped", signal.SIGINT)
-    assert code == 130, stderr
+    checkpoint, code, stderr = _kill_after_checkpoint(file, url, "stopped", sig)
+    assert code == exit_code, stderr
     assert "`dmlsearch resume FILE` continues it from its last checkpoint" in stderr
     shown = json.loads(_invoke(url, "show", "stopped", "--json").stdout)
     assert shown["status"] == "interrupted"

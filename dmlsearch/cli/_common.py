@@ -7,7 +7,9 @@ import errno
 import functools
 import json
 import math
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,6 +83,27 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch scheduler's walltime or scancel, ``kill``, ``docker stop``), met as
+    Ctrl-C is: the experiment is recorded ``interrupted`` and can be resumed."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextmanager
 def _errors() -> Iterator[None]:
     """Our errors become one message on stderr and an exit code, never a traceback."""
@@ -89,13 +112,19 @@ def _errors() -> Iterator[None]:
     from ..registry import NotFoundError, RegistryOpenError
 
     try:
-        yield
+        with _sigterm_as_interrupt():
+            yield
     except ConfigError as exc:
         raise _fail(f"error: {exc}", 2) from None
     except (InvalidParameterError, NotFoundError, RegistryOpenError) as exc:
         raise _fail(f"error: {exc}", 2) from None
     except DmlsearchError as exc:
         raise _fail(f"error: {exc}", 1) from None
+    except Terminated:
+        raise _fail(
+            "terminated (SIGTERM); `dmlsearch resume FILE` continues from the recorded trials",
+            143,
+        ) from None
     except KeyboardInterrupt:
         raise _fail(
             "interrupted; `dmlsearch resume FILE` continues from the recorded trials", 130

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from .._jobs import JOB_KIND, is_training_job, job_versions
-from ._common import _cell, _console, _echo_json, _fail, _table
+from ._common import Terminated, _cell, _console, _echo_json, _fail, _table
 
 __all__ = ["is_training_job", "run_training_job", "show_training_job"]
 
@@ -59,11 +59,12 @@ def run_training_job(
         if json_:
             _echo_json({"experiment": exc.experiment, "kind": JOB_KIND, "complete": True})
         return
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
         raise _fail(
-            "interrupted; the job is recorded as interrupted, `dmlsearch resume FILE` "
-            "continues it from its last checkpoint",
-            130,
+            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}; the job is recorded "
+            "as interrupted, `dmlsearch resume FILE` continues it from its last checkpoint",
+            143 if terminated else 130,
         ) from None
     elapsed = time.perf_counter() - start
     version = trainer.model_version_
