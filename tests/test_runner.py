@@ -81,13 +81,29 @@ def test_no_workers_fails_fast_with_a_clear_error():
         ):
             X, y = make_classification(n_samples=40, random_state=0)
             t0 = time.monotonic()
-            with pytest.raises(NoWorkersError, match="worker"):
+            with pytest.raises(NoWorkersError, match=r"dmlsearch\.no-workers-timeout"):
                 SearchCV(
                     SleepyClassifier(), {"parameter": [1.0, 2.0]}, cv=2, client=c, progress=False
                 ).fit(X, y)
             assert time.monotonic() - t0 < 30
     finally:
         cluster.close()
+
+
+def test_an_adaptive_cluster_without_workers_scales_up_for_a_search():
+    # An adaptive cluster asks for workers when tasks wait, never for data: with the shared
+    # data sent first, adapt(minimum=0) never got a worker (NoWorkersError after 60 s).
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as c,
+        dask.config.set({"dmlsearch.no-workers-timeout": 30.0}),
+    ):
+        cluster.adapt(minimum=0, maximum=2, interval="100ms")
+        X, y = make_classification(n_samples=40, random_state=0)
+        search = SearchCV(
+            SleepyClassifier(), {"parameter": [1.0, 2.0]}, cv=2, client=c, progress=False
+        ).fit(X, y)
+        assert len(search.cv_results_["params"]) == 2 and len(c.nthreads()) >= 1
 
 
 def test_no_workers_left_mid_run_fails_instead_of_waiting_forever():

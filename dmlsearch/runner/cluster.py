@@ -19,7 +19,7 @@ from distributed import Client, LocalCluster, Nanny
 from distributed.comm import parse_address
 from distributed.comm.registry import get_backend
 
-from ..exceptions import DmlsearchError, InvalidParameterError, SchedulerLostError
+from ..exceptions import DmlsearchError, InvalidParameterError, NoWorkersError, SchedulerLostError
 
 __all__ = [
     "WarmNanny",
@@ -209,6 +209,29 @@ def embedded_cluster(n_workers: int | None = None) -> Iterator[Client]:
     finally:
         client.close()
         cluster.close()
+
+
+def _wake() -> None:
+    """The task that waits for a cluster's first worker (it does nothing)."""
+
+
+def wait_for_a_worker(client: Client, timeout: float, what: str) -> None:
+    """Wait up to ``timeout`` seconds for the cluster's first worker; NoWorkersError then.
+
+    One task waits meanwhile: an adaptive cluster (``cluster.adapt(minimum=0)``,
+    dask-jobqueue's) asks for workers when tasks wait, never for data or for a client that
+    waits, so without it a search or a gang on such a cluster never got a worker.
+    """
+    waiting = client.submit(_wake, pure=False)
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise NoWorkersError(
+            f"the cluster had no worker for {timeout:.0f} s (dmlsearch.no-workers-timeout), "
+            f"so {what} could not start; start workers, or connect to a cluster that has them"
+        ) from None
+    finally:
+        waiting.cancel()
 
 
 def cluster_shape(client: Client) -> dict[str, Any]:

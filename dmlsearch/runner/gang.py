@@ -32,7 +32,8 @@ from typing import Any
 import dask
 from distributed import Client, Future, Lock, as_completed
 
-from ..exceptions import GangError, GangWorkerLostError, InvalidParameterError, NoWorkersError
+from ..exceptions import GangError, GangWorkerLostError, InvalidParameterError
+from .cluster import wait_for_a_worker
 
 __all__ = ["Gang", "alive_workers", "reserve", "run_gang"]
 
@@ -325,14 +326,7 @@ def _wait_for_a_worker(client: Client, k: int, name: str) -> None:
     if alive_workers(client, running=False):
         return
     timeout = float(dask.config.get("dmlsearch.no-workers-timeout", 60.0))
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-    except TimeoutError:
-        raise NoWorkersError(
-            f"{name} needs {k} workers at once, and the cluster had none for {timeout:.0f} s "
-            "(dmlsearch.no-workers-timeout): start workers, or connect to a cluster that "
-            "has them"
-        ) from None
+    wait_for_a_worker(client, timeout, f"{name} (on {k} workers at once)")
 
 
 @contextlib.contextmanager

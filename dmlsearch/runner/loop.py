@@ -38,7 +38,7 @@ from ..exceptions import DmlsearchError, NoWorkersError
 from ..progress import NullProgress
 from ._batching import AdaptiveBatcher
 from ._task import execute
-from .cluster import scheduler_loss
+from .cluster import scheduler_loss, wait_for_a_worker
 from .reports import ReportStream, wire_id
 from .units import DONE, WAIT, Unit, UnitKind, UnitSource
 
@@ -55,6 +55,7 @@ _FREE_LOSSES = 3
 _SOLO_LOSSES = 2
 
 P = TypeVar("P")
+
 R = TypeVar("R")
 
 
@@ -166,10 +167,20 @@ class WorkLoop(Generic[P, R]):
             self._no_workers_since = now
         elif now - self._no_workers_since > self.no_workers_timeout:
             raise NoWorkersError(
-                f"the cluster has had no workers for {self.no_workers_timeout:.0f} s, so "
+                f"the cluster has had no workers for {self.no_workers_timeout:.0f} s "
+                "(dmlsearch.no-workers-timeout), so "
                 f"{self.name} cannot go on; start workers (or check why they die) and run "
                 "it again (finished work stays recorded)"
             )
+
+    def _wait_for_a_worker(self) -> None:
+        """Wait up to ``no_workers_timeout`` for a cluster that has no worker yet (an
+        adaptive one scales up for the task that waits meanwhile, never for the shared data
+        that goes first)."""
+        if self._no_workers_since is None:  # _refresh_slots found threads
+            return
+        wait_for_a_worker(self.client, self.no_workers_timeout, self.name)
+        self._refresh_slots(force=True)
 
     def _scatter_one(self, obj: Any) -> Future:
         """Send ``obj`` to every worker; wait for a live one up to ``no_workers_timeout``."""
@@ -195,8 +206,9 @@ class WorkLoop(Generic[P, R]):
                 if time.monotonic() > deadline:
                     raise NoWorkersError(
                         f"could not send {self.name}'s data to any worker for "
-                        f"{self.no_workers_timeout:.0f} s ({exc}); check that the cluster "
-                        "has live workers"
+                        f"{self.no_workers_timeout:.0f} s (dmlsearch.no-workers-timeout; "
+                        f"{exc}); check that the cluster has live workers, not paused ones "
+                        "(a worker past its memory limit's pause threshold takes no data)"
                     ) from exc
                 logger.warning("scatter failed (%s); retrying", exc)
                 time.sleep(delay)
@@ -638,6 +650,7 @@ class WorkLoop(Generic[P, R]):
             self._reports.subscribe()
         self.progress.start(self.source.total, self.name)
         try:
+            self._wait_for_a_worker()
             self._ensure_shared()
             while True:
                 self._fill()
