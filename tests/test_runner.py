@@ -12,7 +12,7 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 
-from dmlsearch import NoWorkersError, SearchCV, TrialTimeoutError
+from dmlsearch import AllTrialsFailedError, NoWorkersError, SearchCV, TrialTimeoutError
 from dmlsearch._evaluate import _quiet_warnings
 from dmlsearch.exceptions import DmlsearchError
 from dmlsearch.runner import DONE, WAIT, Unit, UnitPolicy, UnitSource, WorkLoop
@@ -129,6 +129,25 @@ def test_no_workers_left_mid_run_fails_instead_of_waiting_forever():
             assert source.record_calls == len(source.results) > 0
     finally:
         cluster.close()
+
+
+def test_a_stuck_trial_on_a_worker_without_a_nanny_says_it_was_not_restarted():
+    # Such a worker cannot be restarted; the record said "its worker ... was restarted".
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as c,
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        X, y = make_classification(n_samples=40, random_state=0)
+        search = SearchCV(
+            SleepyClassifier(seconds=7.0, mode="native"), {"parameter": [1.0]}, cv=2,
+            trial_timeout=0.5, error_score=0.0, client=c, progress=False,
+        )  # fmt: skip
+        with pytest.raises(AllTrialsFailedError) as caught:
+            search.fit(X, y)
+    assert "could not be restarted" in str(caught.value)
+    assert "was restarted" not in str(caught.value)
 
 
 def test_trial_timeout_error_is_not_an_oserror():

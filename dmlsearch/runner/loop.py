@@ -585,24 +585,30 @@ class WorkLoop(Generic[P, R]):
             del self._inflight[fut]
             fut.cancel()
             self.stats.hard_timeouts += 1
-            restart = self.policy.restart_stuck_worker and worker is not None
+            what = "its task was cancelled"
+            if self.policy.restart_stuck_worker and worker is not None:
+                what = self._restart_stuck(worker)
             for unit in task.units:
                 self._record_failed(
                     unit,
                     TIMEOUT,
                     f"TrialTimeoutError: {self.kind.name} {unit.id} ran past "
-                    f"{self.policy.timeout_name}={self.policy.timeout}s and did not stop; "
-                    + (
-                        f"its worker {worker} was restarted"
-                        if restart
-                        else "its task was cancelled"
-                    ),
+                    f"{self.policy.timeout_name}={self.policy.timeout}s and did not stop; " + what,
                 )
-            if restart and worker is not None:
-                try:
-                    self.client.restart_workers([worker], raise_for_error=False)
-                except Exception as exc:
-                    logger.warning("could not restart stuck worker %s: %s", worker, exc)
+
+    def _restart_stuck(self, worker: str) -> str:
+        """Restart ``worker``, which runs a unit that would not stop; say what happened."""
+        try:
+            self.client.restart_workers([worker], raise_for_error=True)
+        except Exception as exc:
+            # A worker without a nanny (LocalCluster(processes=False), `dask worker
+            # --no-nanny`) cannot be restarted: its thread runs on until the unit returns.
+            logger.warning("could not restart stuck worker %s: %s", worker, exc)
+            return (
+                f"its task was cancelled, but its worker {worker} could not be restarted "
+                f"({type(exc).__name__}: {exc}), so the unit runs on there until it returns"
+            )
+        return f"its worker {worker} was restarted"
 
     def _stop_overrun(self) -> None:
         """Past the budget and its grace, give up the units still in flight."""
