@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["NullProgress", "RichProgress", "make_progress"]
+__all__ = ["LineProgress", "NullProgress", "RichProgress", "make_progress"]
 
 
 class NullProgress:
@@ -89,8 +89,60 @@ class RichProgress(NullProgress):
             self._progress = None
 
 
+class LineProgress(NullProgress):
+    """Plain lines on stderr every ``interval`` seconds and at the end, for a stderr that
+    is not a terminal (a batch job's log, a file): a bar there is one garbled line."""
+
+    def __init__(self, interval: float = 30.0) -> None:
+        self.interval = interval
+        self._description = ""
+        self._total: int | None = None
+        self._start = self._last = 0.0
+        self._state: tuple[int, int, int, float | None] | None = None
+
+    def start(self, total: int | None, description: str) -> None:
+        self._description, self._total = description, total
+        self._start = self._last = time.monotonic()
+        self._state = (0, 0, 0, None)
+        self._write("started")
+
+    def update(self, done: int, failed: int, running: int, best: float | None) -> None:
+        if self._state is None:
+            return
+        self._state = (done, failed, running, best)
+        if time.monotonic() - self._last >= self.interval:
+            self._write()
+
+    def message(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._write("ended")
+            self._state = None
+
+    def _write(self, event: str = "") -> None:
+        assert self._state is not None
+        self._last = time.monotonic()
+        done, failed, running, best = self._state
+        of = "" if self._total is None else f"/{self._total}"
+        shown = "-" if best is None else f"{best:.4g}"
+        elapsed = int(self._last - self._start)
+        print(
+            f"dmlsearch: {self._description}{' ' + event if event else ''}: {done}{of} done, "
+            f"{running} running, {failed} failed, best {shown}, "
+            f"{elapsed // 60}:{elapsed % 60:02d} elapsed",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def make_progress(progress: bool | None) -> NullProgress:
-    """``None`` shows a bar only when stderr is a terminal."""
+    """A bar on a terminal; ``True`` elsewhere: a line every 30 s (:class:`LineProgress`);
+    ``None`` shows the bar only when stderr is a terminal."""
+    terminal = sys.stderr.isatty()
     if progress is None:
-        progress = sys.stderr.isatty()
-    return RichProgress() if progress else NullProgress()
+        progress = terminal
+    if not progress:
+        return NullProgress()
+    return RichProgress() if terminal else LineProgress()

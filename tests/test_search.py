@@ -482,6 +482,23 @@ def test_trials_dataframe_value_follows_the_refit_metric(client, data):
     np.testing.assert_array_equal(frame["mean_test_acc"], s.cv_results_["mean_test_acc"])
 
 
+def test_progress_off_a_terminal_is_plain_lines(capsys):
+    # A batch job's log (stderr a file) got one garbled bar line at the end, nothing before.
+    from dmlsearch.progress import LineProgress, make_progress
+
+    assert isinstance(make_progress(True), LineProgress)  # capsys: stderr is no terminal
+    assert type(make_progress(None)).__name__ == "NullProgress"
+    lines = LineProgress(interval=0.0)
+    lines.start(10, "svc")
+    lines.update(4, 1, 2, 0.875)
+    lines.close()
+    lines.update(5, 1, 2, 0.9)  # after close: nothing
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("dmlsearch: svc started: 0/10 done, 0 running, 0 failed, best -")
+    assert err[1].startswith("dmlsearch: svc: 4/10 done, 2 running, 1 failed, best 0.875, 0:00")
+    assert err[2].startswith("dmlsearch: svc ended: 4/10 done") and len(err) == 3
+
+
 def test_progress_bar_reports_best(client, data, capsys):
     X, y = data
     SearchCV(
