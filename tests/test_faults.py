@@ -329,3 +329,24 @@ def test_python_m_dmlsearch_run_starts_the_embedded_cluster(tmp_path: Path) -> N
     )
     assert proc.returncode == 0, proc.stderr
     assert "best score" in proc.stdout
+
+
+def test_a_script_read_from_standard_input_is_told_to_be_a_file(tmp_path: Path) -> None:
+    """``python - < script.py``: workers cannot re-import a main script with no file (the
+    embedded cluster failed with 'WarmNanny failed to start' and forkserver tracebacks)."""
+    import subprocess
+
+    script = (
+        "from sklearn.datasets import make_classification\n"
+        "from sklearn.linear_model import LogisticRegression\n"
+        "from dmlsearch import SearchCV\n"
+        "X, y = make_classification(40, 4, random_state=0)\n"
+        "SearchCV(LogisticRegression(), {'C': [1.0]}, cv=2, progress=False).fit(X, y)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-"], input=script, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "a script read from standard input has no file" in proc.stderr
+    assert "WarmNanny" not in proc.stderr

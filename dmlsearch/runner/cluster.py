@@ -188,6 +188,13 @@ def _check_main_guard() -> None:
     method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
     if method not in ("spawn", "forkserver"):
         return
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file == "<stdin>":  # `python - < script.py`: no file for a worker to re-import
+        raise DmlsearchError(
+            "the embedded cluster's worker processes re-import the main script, and a script "
+            "read from standard input has no file: save it to a file and run that, or pass "
+            "client= an existing cluster"
+        )
     where = unguarded_main_call()
     if where is not None:
         path, line = where
