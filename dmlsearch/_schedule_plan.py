@@ -26,6 +26,7 @@ from .schedulers import (
     Scheduler,
     SuccessiveHalving,
     check_schedule,
+    hyperband_brackets,
     make_scheduler,
     rung_resources,
 )
@@ -148,7 +149,7 @@ def plan_schedule(
         halving = SuccessiveHalving(r_min, R, eta, n)
         return SchedulePlan(halving, resource, ladder, None), halving.n_trials
     if name == "hyperband":
-        per_round = Hyperband(r_min, R, eta).n_trials
+        per_round = sum(b.n for b in hyperband_brackets(R, eta, r_min))
         wanted = n if n is not None else grid
         rounds = 1 if wanted is None else max(1, -(-int(wanted) // per_round))
         hyperband = Hyperband(r_min, R, eta, rounds=rounds)

@@ -172,7 +172,7 @@ def check_early_stopping(estimator: Any, search_space: Any, fit_params: dict[str
     The final step of a Pipeline counts (``<step>__eval_set``).
     """
     final, prefix = estimator, ""
-    while hasattr(final, "steps") and isinstance(getattr(final, "steps", None), list):
+    while isinstance(getattr(final, "steps", None), list):  # a Pipeline: its final step
         if not final.steps:
             return
         name, final = final.steps[-1]

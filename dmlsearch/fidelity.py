@@ -32,7 +32,7 @@ import numpy as np
 from sklearn.base import clone, is_classifier
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import _safe_indexing
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .exceptions import InvalidParameterError
 
@@ -226,16 +226,11 @@ def _stops_early(estimator: Any, param: str, X: Any) -> bool:
 
     step = _step_of(estimator, param)
     flag = getattr(step, "early_stopping", False)
-    if flag is True or (flag == "auto" and _num_rows(X) > 10_000):
+    if flag is True or (flag == "auto" and _num_samples(X) > 10_000):
         return True
     return isinstance(step, GradientBoostingClassifier | GradientBoostingRegressor) and (
         step.n_iter_no_change is not None
     )
-
-
-def _num_rows(X: Any) -> int:
-    shape = getattr(X, "shape", None)
-    return int(shape[0]) if shape is not None and len(shape) else len(X)
 
 
 def is_xgboost(estimator: Any) -> bool:

@@ -55,7 +55,6 @@ _FREE_LOSSES = 3
 _SOLO_LOSSES = 2
 
 P = TypeVar("P")
-
 R = TypeVar("R")
 
 
