@@ -111,21 +111,30 @@ class SearchSpace:
     def grid_size(self) -> int:
         return sum(size for _, _, size in self._grids)
 
-    def grid_point(self, index: int) -> dict[str, Any]:
-        """The ``index``-th point of the grid, without enumerating those before it."""
+    def _locate(self, index: int) -> tuple[int, int]:
+        """(sub-space, index within it) of the ``index``-th grid point."""
         if index < 0:
             raise IndexError("grid index out of range")
-        for keys, values, size in self._grids:
-            if index >= size:
-                index -= size
-                continue
-            out: dict[str, Any] = {}
-            # The last key varies fastest, as itertools.product does.
-            for key, vals in zip(reversed(keys), reversed(values), strict=True):
-                index, offset = divmod(index, _length(vals))
-                out[key] = vals[offset]
-            return dict(sorted(out.items()))
+        for sub, (_, _, size) in enumerate(self._grids):
+            if index < size:
+                return sub, index
+            index -= size
         raise IndexError("grid index out of range")
+
+    def grid_subspace(self, index: int) -> int:
+        """The sub-space the ``index``-th grid point is from (two may share names)."""
+        return self._locate(index)[0]
+
+    def grid_point(self, index: int) -> dict[str, Any]:
+        """The ``index``-th point of the grid, without enumerating those before it."""
+        sub, index = self._locate(index)
+        keys, values, _ = self._grids[sub]
+        out: dict[str, Any] = {}
+        # The last key varies fastest, as itertools.product does.
+        for key, vals in zip(reversed(keys), reversed(values), strict=True):
+            index, offset = divmod(index, _length(vals))
+            out[key] = vals[offset]
+        return dict(sorted(out.items()))
 
     def iter_grid(self) -> Any:
         for keys, values, _ in self._grids:

@@ -63,8 +63,12 @@ def test_sklearn_grid_order_is_kept():
     assert space.grid_size() == len(expected)
     assert list(space.iter_grid()) == expected
     assert [space.grid_point(i) for i in range(len(expected))] == expected
-    with pytest.raises(IndexError):
-        space.grid_point(len(expected))
+    assert [space.grid_subspace(i) for i in range(len(expected))] == [0] * 6 + [1] * 2
+    for bad in (len(expected), -1):
+        with pytest.raises(IndexError):
+            space.grid_point(bad)
+        with pytest.raises(IndexError):
+            space.grid_subspace(bad)
 
 
 def test_int_grid_and_numpy_choices():

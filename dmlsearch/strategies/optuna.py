@@ -228,7 +228,6 @@ class OptunaStrategy(Strategy):
             self._tried = set()
             self._order = SeededBijection(space.grid_size(), seed)
             self._cursor = 0
-            self._sizes = [SearchSpace((sub,)).grid_size() for sub in space.subspaces]
 
     @property
     def total(self) -> int:
@@ -277,11 +276,7 @@ class OptunaStrategy(Strategy):
         while self._cursor < self._order.size:
             point = self._order(self._cursor)
             self._cursor += 1
-            # The grid lists sub-spaces in order; two may share names, so find it by index.
-            index, offset = 0, point
-            while offset >= self._sizes[index]:
-                offset -= self._sizes[index]
-                index += 1
+            index = self.space.grid_subspace(point)
             values = self._optuna_values(index, self.space.grid_point(point))
             if _key(values) not in self._tried:
                 return values
