@@ -26,6 +26,7 @@ from ._registry_core import (
     _check_version,
     _RegistryCore,
 )
+from ._sql_schema import _MAX_NAME
 from .formats import Serialized, dump_model, load_model
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ class _RegistryModels(_RegistryCore):
         """Check the arguments, then store ``serialize()`` as the next version of ``name``
         (models through :func:`dump_model`, ensembles as their own format)."""
         _check_model_name("name", name)
-        check_model_name("name", name)
+        # The store's limit too, before serialize() writes a blob for a name it would refuse.
+        check_model_name("name", name, max_length=_MAX_NAME)
         check_count("trial", trial, "a trial number", optional=True)
         if experiment is not None:
             _check_experiment_key("experiment", experiment)
