@@ -220,6 +220,8 @@ class RegistryStore(abc.ABC):
     * Version numbers of a model are unique and increase (1, 2, ...) even under concurrent
       writers in several processes; a deleted version's number is never reused.
     * All timestamps are UTC POSIX seconds as floats (``time.time()``).
+    * Experiment, model, alias and tag-key names of up to ``_checks.MAX_NAME`` (256)
+      characters are stored whole; longer ones are refused before any write.
     * Records returned are snapshots: changing one changes nothing in the store.
     * JSON-valued fields round-trip ints, floats (NaN and infinities included), strings,
       bools, None, lists and str-keyed dicts; tuples come back as lists, numpy scalars and

@@ -20,6 +20,7 @@ from ..exceptions import InvalidParameterError
 __all__ = [
     "INT32_MAX",
     "INT64_MAX",
+    "MAX_NAME",
     "check_alias_name",
     "check_bool",
     "check_count",
@@ -35,6 +36,9 @@ __all__ = [
 INT32_MAX = 2**31 - 1
 #: 64-bit integers: paging and anything stored as BIGINT.
 INT64_MAX = 2**63 - 1
+#: Longest experiment, model, alias and tag-key name every store holds (the store contract),
+#: checked before anything is written so that no store refuses a name after a blob is saved.
+MAX_NAME = 256
 
 
 def _described(value: object) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..exceptions import InvalidParameterError
 from ._base import InUseError, ModelVersionRecord, NotFoundError
 from ._checks import (
+    MAX_NAME,
     check_alias_name,
     check_bool,
     check_count,
@@ -26,7 +27,6 @@ from ._registry_core import (
     _check_version,
     _RegistryCore,
 )
-from ._sql_schema import _MAX_NAME
 from .formats import Serialized, dump_model, load_model
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class _RegistryModels(_RegistryCore):
         (models through :func:`dump_model`, ensembles as their own format)."""
         _check_model_name("name", name)
         # The store's limit too, before serialize() writes a blob for a name it would refuse.
-        check_model_name("name", name, max_length=_MAX_NAME)
+        check_model_name("name", name, max_length=MAX_NAME)
         check_count("trial", trial, "a trial number", optional=True)
         if experiment is not None:
             _check_experiment_key("experiment", experiment)

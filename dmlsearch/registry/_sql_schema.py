@@ -14,12 +14,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from ._checks import MAX_NAME
+
 SCHEMA_VERSION = 2
 
 # Key of the PostgreSQL advisory lock that serializes schema creation/migration.
 _MIGRATION_LOCK_KEY = 0x646D6C73  # "dmls"
-# Length of name columns (experiments, models, aliases, tag keys).
-_MAX_NAME = 256
+# Length of name columns (experiments, models, aliases, tag keys): the store contract's.
+_MAX_NAME = MAX_NAME
 
 metadata = sa.MetaData()
 

@@ -38,6 +38,7 @@ from ..registry._base import (
     RegistryStore,
     TrialRecord,
 )
+from ..registry._checks import MAX_NAME
 
 __all__ = ["POSTGRES_URL", "StoreContract", "make_trial", "postgres_schema"]
 
@@ -556,12 +557,20 @@ class StoreContract:
         assert store.list_model_versions("clf") == []
 
     def test_invalid_names(self, store: RegistryStore) -> None:
-        for bad in ("", "x" * 257):
+        for bad in ("", "x" * (MAX_NAME + 1)):
             with pytest.raises(InvalidParameterError):
                 store.create_experiment(bad)
             with pytest.raises(InvalidParameterError):
                 _version(store, bad)
-        assert store.create_experiment("x" * 256).name == "x" * 256
+        longest = "x" * MAX_NAME
+        assert store.create_experiment(longest).name == longest
+        assert _version(store, longest).model == longest
+        store.set_alias(longest, longest, 1)
+        store.set_tag(longest, 1, longest, "v")
+        got = store.get_model_version(longest, alias=longest)
+        assert (got.aliases, got.tags) == ([longest], {longest: "v"})
+        with pytest.raises(InvalidParameterError):
+            store.set_alias(longest, longest + "x", 1)
         for sha in ("A" * 64, "a" * 63, "g" * 64):
             with pytest.raises(InvalidParameterError, match="sha256"):
                 _version(store, sha256=sha)
@@ -570,7 +579,7 @@ class StoreContract:
             store.set_alias("clf", "", 1)
         with pytest.raises(InvalidParameterError):
             store.set_tag("clf", 1, "", "v")
-        assert store.list_models() == ["clf"]
+        assert store.list_models() == ["clf", longest]
 
     def test_names_that_would_not_read_back_are_refused(self, store: RegistryStore) -> None:
         # 'm@a' loads alias 'a' of model 'm'; '1', 'v1' and 'latest' read as versions; a
