@@ -126,11 +126,17 @@ def _timed(e: int, i: int, **fields: Any) -> TrialRecord:
     return make_trial(e, i, started=1_700_000_000.0 + i, finished=1_700_000_000.5 + i, **fields)
 
 
+# A multi-line message: the failed-trial tables show (and group by) its first line.
+_BOOM = (
+    'Traceback (most recent call last):\n  File "fit.py", line {line}, in fit\n'
+    "    raise ValueError(...)\nValueError: boom\n  second line of this trial\n"
+)
+
 CASES: dict[str, Callable[[int], list[TrialRecord]]] = {
     "no trials": lambda e: [],
     "one trial": lambda e: [make_trial(e, 0)],
     "all failed": lambda e: [
-        make_trial(e, i, state="failed", value=None, error="Traceback\nValueError: boom\n")
+        make_trial(e, i, state="failed", value=None, error=_BOOM.format(line=10 + i))
         for i in range(3)
     ],
     "categorical only": lambda e: [
@@ -195,7 +201,7 @@ def test_failed_trials_table_and_importance_panel(registry, tmp_path):
     page, text = _check(write_report(registry, name, tmp_path / "r.html"))
     assert ["0", "failed", "tcp://127.0.0.1:40000", "0", "ValueError: boom"] in page.rows
     assert ["3", "ValueError: boom"] in page.rows  # the by-error summary
-    assert "Traceback" not in text  # the last line only
+    assert "Traceback" not in text and "second line" not in text  # the exception's headline only
     assert "No completed trial yet." in text
     figures = report_figures(registry, name)
     assert set(figures) == set(FIGURES)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import error_headline
 from .._evaluate import TrialOutcome, TrialSpec
 from ..runner.dask import RunObserver
 from .plugin import EVENTS_HANDLER, NO_PLUGIN, OK, PLUGIN_NAME, DashboardPlugin
@@ -72,10 +73,7 @@ def _params(params: dict[str, Any]) -> dict[str, Any]:
 
 def _error_summary(error: str) -> str:
     """The exception line of a traceback (the registry keeps the whole of it)."""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    if lines and lines[0].startswith("Traceback"):
-        return _text(lines[-1].strip())
-    return _text(error.strip())
+    return _text(error_headline(error))
 
 
 class DashboardReporter(RunObserver):

@@ -128,11 +128,6 @@ def _label(value: Any, width: int = 24) -> str:
     return text.replace("$", r"\$")
 
 
-def _last_line(error: Any) -> str:
-    lines = [line.strip() for line in str(error or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 # -- figures -------------------------------------------------------------------------------
 
 

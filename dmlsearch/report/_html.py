@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._errors import error_headline
 from ..registry._base import COMPLETE, RUNNING, TrialRecord
 from ._common import (
     _ABSENT,
@@ -16,7 +17,6 @@ from ._common import (
     FIGURES,
     OPTIONAL_FIGURES,
     _Data,
-    _last_line,
     _load,
     _text,
 )
@@ -84,7 +84,7 @@ def _failures(trials: Sequence[TrialRecord]) -> str:
     if not failed:
         return "<p>None.</p>"
     parts = []
-    causes = Counter(_last_line(t.error) or "(no error message)" for t in failed)
+    causes = Counter(error_headline(t.error) or "(no error message)" for t in failed)
     if len(failed) > 1:
         parts.append("<h3>By error</h3>")
         parts.append(
@@ -93,7 +93,7 @@ def _failures(trials: Sequence[TrialRecord]) -> str:
         if len(causes) > 20:
             parts.append(f"<p>… and {len(causes) - 20:,} other errors.</p>")
     rows = [
-        [t.number, t.state, t.worker or "-", t.retries, _last_line(t.error) or "-"]
+        [t.number, t.state, t.worker or "-", t.retries, error_headline(t.error) or "-"]
         for t in failed[:_MAX_FAILED_ROWS]
     ]
     if len(failed) > 1:

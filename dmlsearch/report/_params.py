@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._errors import error_headline
 from ..registry._base import COMPLETE, TrialRecord
 from ._common import (
     _ABSENT,
@@ -23,7 +24,6 @@ from ._common import (
     _finite,
     _is_number,
     _label,
-    _last_line,
     _message,
     _score,
     _text,
@@ -243,7 +243,7 @@ def _importance(
     # ValueError: a value Optuna's distributions reject; RuntimeError: fANOVA found zero
     # variance in every tree. Both mean "no importances", not a failed report.
     except (ValueError, RuntimeError, optuna.exceptions.OptunaError) as exc:
-        return f"importances could not be computed: {_last_line(exc)}", note
+        return f"importances could not be computed: {error_headline(exc)}", note
     if not importances:
         return "no parameter is set in every completed trial", note
     over = (
