@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
@@ -24,7 +25,9 @@ from dmlsearch.report import (
     report_figures,
     write_report,
 )
-from dmlsearch.report._params import _axis
+from dmlsearch.report._common import _load
+from dmlsearch.report._params import _axis, _plot_parallel
+from dmlsearch.report._plots import _plot_curves, _plot_history
 from dmlsearch.testing.registry_contract import make_trial
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -327,6 +330,60 @@ def test_many_trials_are_downsampled(registry, tmp_path):
     assert page.captions["Parameter importance"].startswith("fANOVA")
     assert "stacked" in page.captions["Trial durations per worker"]  # 2 at once on each worker
     assert [str(n // 50), "MemoryError"] in page.rows
+
+
+def _ranked_trials(staged: bool) -> Callable[[int], list[TrialRecord]]:
+    """1,200 trials with distinct values, each its last intermediate value. Staged: one in
+    ten trained to resource 9, the others stopped at 1 with greater (lucky) values."""
+
+    def trials(e: int) -> list[TrialRecord]:
+        out = []
+        for i in range(1200):
+            value = 1.0 + ((i * 7919) % 1200) / 1200  # a permutation of the numbers
+            reached = 9 if staged and i % 10 == 0 else 1
+            if staged and reached == 1:
+                value += 1.0
+            curve = {"1": value} if reached == 1 else {"1": value - 0.5, "9": value}
+            out.append(make_trial(e, i, params={"x": float(i)}, value=value, intermediate=curve))
+        return out
+
+    return trials
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"kind": "optimize", "direction": "minimize", "schedule": {"pruner": None}},
+        {"strategy": "random", "schedule": {"scheduler": "asha"}},
+    ],
+    ids=["minimize", "multi-fidelity"],
+)
+def test_the_best_trials_drawn_are_the_leaderboards(registry, config):
+    """Were the 100 greatest values whatever the experiment ranked: the largest losses
+    of a minimize run, lucky low-rung trials of a multi-fidelity search."""
+    staged = "scheduler" in config["schedule"]
+    name = _experiment(registry, _ranked_trials(staged), config=config)
+    best = [t.number for t in registry.best_trials(name, k=100)]
+    data = _load(registry, name)
+    fig, caption = _plot_parallel(data)
+    # Trial i's line starts at x's position i / 1199 (x runs 0..1199, scaled to [0, 1]).
+    drawn = [round(s[0][1] * 1199) for s in fig.axes[0].collections[0].get_segments()]
+    assert len(drawn) == MAX_LINES and set(best) <= set(drawn)
+    assert drawn[-1] == best[0]  # the best is drawn last, on top
+    assert caption.startswith(f"{MAX_LINES:,} of 1,200 completed trials drawn: the 100 best")
+    if not staged:  # the best drawn is also the brightest (viridis' yellow end)
+        top = fig.axes[0].collections[0].get_colors()[-1][:3]
+        assert np.allclose(top, matplotlib.colormaps["viridis"](1.0)[:3])
+    # The learning curves keep the same trials: each ends at the trial's value (a dot).
+    number = {t.value: t.number for t in data.trials}
+    curves = _plot_curves(data)
+    assert curves is not None
+    dots = [number[line.get_ydata()[-1]] for line in curves[0].axes[0].lines[1::2]]
+    assert len(dots) == MAX_LINES and set(best) <= set(dots) and dots[-1] == best[0]
+    better = "less" if "direction" in config else "greater"
+    assert _plot_history(data.trials, data.minimize).axes[0].get_ylabel() == (
+        f"objective ({better} is better)"
+    )
 
 
 def test_importance_needs_two_varied_completed_trials(registry, tmp_path):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..registry._base import COMPLETE, FAILED, RUNNING, TIMEOUT, TrialRecord
+from ..registry._registry_runs import _multifidelity, experiment_direction
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -70,6 +71,16 @@ class _Data:
     exp: ExperimentRecord
     trials: list[TrialRecord]
     params: list[str]
+
+    @property
+    def minimize(self) -> bool:
+        """Whether smaller objectives are better (``optimize(direction="minimize")``)."""
+        return experiment_direction(self.exp) == "minimize"
+
+    @property
+    def staged(self) -> bool:
+        """Whether trials rank by the resource they reached first (a multi-fidelity search)."""
+        return _multifidelity(self.exp)
 
 
 def _load(registry: Registry, experiment: str | int) -> _Data:

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._errors import error_headline
 from ..registry._base import COMPLETE, TrialRecord
+from ..registry._registry_runs import _reached
 from ._common import (
     _ABSENT,
     _IMPORTANCE_DEPTH,
@@ -20,6 +21,7 @@ from ._common import (
     _KEEP_BEST,
     MAX_LINES,
     _colour,
+    _Data,
     _figure,
     _finite,
     _is_number,
@@ -117,25 +119,45 @@ def _axis(values: Sequence[Any]) -> _Axis:
     return _numeric_axis(values) if numeric else _categorical_axis(values)
 
 
-def _sample(values: np.ndarray, rng_seed: int = 0) -> tuple[np.ndarray, str]:
-    """Indices of the trials to draw (best last, so on top) and the caption saying so."""
-    order = np.argsort(-values, kind="stable")
-    if len(values) <= MAX_LINES:
+def _order(
+    values: np.ndarray,
+    numbers: np.ndarray,
+    minimize: bool = False,
+    reached: np.ndarray | None = None,
+) -> np.ndarray:
+    """Indices best first, as ``Registry.best_trials`` ranks: the highest resource
+    ``reached`` first where given (a multi-fidelity search), then the value (least first
+    where ``minimize``), then the trial number."""
+    keys = [numbers, values if minimize else -values]
+    if reached is not None:
+        keys.append(-reached)
+    return np.lexsort(keys)  # the last key sorts first
+
+
+def _sample(order: np.ndarray, staged: bool = False, rng_seed: int = 0) -> tuple[np.ndarray, str]:
+    """Indices of the trials to draw, best last (so on top), from ``order`` (best first),
+    and the caption saying what was left out."""
+    if len(order) <= MAX_LINES:
         return order[::-1], ""
     rng = np.random.default_rng(rng_seed)
     rest = rng.choice(order[_KEEP_BEST:], size=MAX_LINES - _KEEP_BEST, replace=False)
+    rank = np.empty(len(order), dtype=int)
+    rank[order] = np.arange(len(order))
     chosen = np.concatenate([order[:_KEEP_BEST], rest])
-    chosen = chosen[np.argsort(values[chosen], kind="stable")]
+    chosen = chosen[np.argsort(-rank[chosen], kind="stable")]
+    ranked = " (as the leaderboard ranks them: highest resource reached first)" if staged else ""
     caption = (
-        f"{MAX_LINES:,} of {len(values):,} completed trials drawn: the {_KEEP_BEST} best and "
-        f"a random sample of the others. Axis ranges cover every completed trial."
+        f"{MAX_LINES:,} of {len(order):,} completed trials drawn: the {_KEEP_BEST} best{ranked} "
+        f"and a random sample of the others. Axis ranges cover every completed trial."
     )
     return chosen, caption
 
 
-def _plot_parallel(trials: Sequence[TrialRecord], params: Sequence[str]) -> tuple[Figure, str]:
-    """One vertical axis per parameter and one for the objective; a line per scored trial."""
-    scored = [t for t in trials if math.isfinite(_score(t))]
+def _plot_parallel(data: _Data) -> tuple[Figure, str]:
+    """One vertical axis per parameter and one for the objective; a line per scored trial,
+    the best (ranked as :func:`_order` says) drawn last."""
+    params, staged = data.params, data.staged
+    scored = [t for t in data.trials if math.isfinite(_score(t))]
     if not scored or not params:
         fig = _figure(7.0, 2.5)
         _message(fig, "no completed trial with parameters to draw")
@@ -144,7 +166,9 @@ def _plot_parallel(trials: Sequence[TrialRecord], params: Sequence[str]) -> tupl
     axes = [_axis([t.params.get(p, _ABSENT) for t in scored]) for p in params]
     axes.append(_numeric_axis(list(values)))
     grid = np.column_stack([a.positions for a in axes])
-    chosen, caption = _sample(values)
+    numbers = np.array([t.number for t in scored], dtype=float)
+    reached = np.array([_reached(t) for t in scored], dtype=float) if staged else None
+    chosen, caption = _sample(_order(values, numbers, data.minimize, reached), staged)
 
     import matplotlib
     from matplotlib import cm, colors
@@ -159,7 +183,8 @@ def _plot_parallel(trials: Sequence[TrialRecord], params: Sequence[str]) -> tupl
         segments.append(np.column_stack([xs[ok], row[ok]]))
     low, high = float(values.min()), float(values.max())
     norm = colors.Normalize(vmin=low, vmax=high if high > low else low + 1e-12)
-    cmap = matplotlib.colormaps["viridis"]
+    # Reversed when minimising: the best trials, drawn on top, are the brightest either way.
+    cmap = matplotlib.colormaps["viridis_r" if data.minimize else "viridis"]
     alpha = 0.7 if len(chosen) <= 200 else 0.35
     ax.add_collection(
         LineCollection(segments, colors=cmap(norm(values[chosen])), linewidths=1, alpha=alpha)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..registry._base import COMPLETE, TrialRecord
-from ..registry._registry_runs import experiment_direction
 from ._common import (
     _colour,
     _Data,
@@ -25,6 +24,7 @@ from ._common import (
 )
 from ._params import (
     _importance,
+    _order,
     _plot_importance,
     _plot_parallel,
     _sample,
@@ -85,7 +85,7 @@ def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> Figu
             label=f"{_label(state)} (no score)",
         )
     ax.set_xlabel("trial number")
-    ax.set_ylabel("objective (greater is better)")
+    ax.set_ylabel(f"objective ({'less' if minimize else 'greater'} is better)")
     ax.grid(alpha=0.3)
     _legend_outside(ax)
     return fig
@@ -182,18 +182,25 @@ def _curve(trial: TrialRecord) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in points]), np.array([p[1] for p in points])
 
 
-def _plot_curves(trials: Sequence[TrialRecord]) -> tuple[Figure, str] | None:
-    """Score against resource, one line per trial; None when no trial has a curve."""
-    curves = {t.number: (t, *_curve(t)) for t in trials}
+def _plot_curves(data: _Data) -> tuple[Figure, str] | None:
+    """Score against resource, one line per trial; None when no trial has a curve.
+
+    Beyond ``MAX_LINES`` curves, the best by last score are kept (by the resource reached
+    first in a multi-fidelity search, as its leaderboard ranks)."""
+    staged = data.staged
+    curves = {t.number: (t, *_curve(t)) for t in data.trials}
     curves = {n: c for n, c in curves.items() if len(c[1])}
     if not curves:
         return None
     last = np.array([c[2][-1] for c in curves.values()])
     numbers = np.array(list(curves))
-    chosen, sampled = _sample(last)
+    ends = np.array([c[1][-1] for c in curves.values()])
+    chosen, sampled = _sample(
+        _order(last, numbers, data.minimize, ends if staged else None), staged
+    )
     fig = _figure()
     ax = fig.add_subplot()
-    top = max(float(c[1][-1]) for c in curves.values())
+    top = float(ends.max())
     labelled: set[str] = set()
     for number in numbers[chosen]:
         trial, resource, score = curves[int(number)]
@@ -208,9 +215,9 @@ def _plot_curves(trials: Sequence[TrialRecord]) -> tuple[Figure, str] | None:
     ax.set_ylabel("intermediate score")
     ax.grid(alpha=0.3)
     _legend_outside(ax)
-    reached = sum(float(c[1][-1]) == top for c in curves.values())
+    at_top = int((ends == top).sum())
     caption = (
-        f"{len(curves):,} trials with intermediate values; {reached:,} reached the highest "
+        f"{len(curves):,} trials with intermediate values; {at_top:,} reached the highest "
         f"resource, {top:.6g}. A dot marks where each trial stopped."
     )
     return fig, f"{caption} {sampled}".strip().replace("completed trials", "trials")
@@ -218,14 +225,13 @@ def _plot_curves(trials: Sequence[TrialRecord]) -> tuple[Figure, str] | None:
 
 def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
     """Each plot's PNG and caption, in the order of :data:`FIGURES`."""
-    parallel, parallel_caption = _plot_parallel(data.trials, data.params)
+    parallel, parallel_caption = _plot_parallel(data)
     importances, importance_caption = _importance(registry, data.exp.id, data.trials, data.params)
     if isinstance(importances, str):  # the panel's text, also readable without the image
         importance_caption = f"{importances[0].upper()}{importances[1:]}. {importance_caption}"
     timeline, timeline_caption = _plot_timeline(data.trials)
-    minimize = experiment_direction(data.exp) == "minimize"
-    figures = {"history": (_plot_history(data.trials, minimize), "")}
-    curves = _plot_curves(data.trials)
+    figures = {"history": (_plot_history(data.trials, data.minimize), "")}
+    curves = _plot_curves(data)
     if curves is not None:
         figures["curves"] = curves
     figures |= {
