@@ -29,7 +29,15 @@ from ._sql_schema import (
     version_metrics,
     version_tags,
 )
-from ._sql_values import _check_model_args, _check_name, _check_paging, _chunks, _dumps, _loads
+from ._sql_values import (
+    _check_model_args,
+    _check_name,
+    _check_paging,
+    _chunks,
+    _dumps,
+    _free_text,
+    _loads,
+)
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Cap on the ids in one IN (...) list.
@@ -282,6 +290,8 @@ class _ModelsMixin(_SQLCore):
             )
         if tag is not None:
             _check_name("tag", tag[0])
+            # The value as set_tag stored it, so that searching for what was set finds it.
+            tag = (tag[0], _free_text(tag[1]))
             check_text("tag", tag[1], "a tag value")
         if metric is not None:
             _check_name("metric", metric)
@@ -348,12 +358,11 @@ class _ModelsMixin(_SQLCore):
     def set_tag(self, model: str, version: int, key: str, value: str) -> None:
         _check_model_args(model, version)
         _check_name("key", key)
-        check_text("value", str(value), "a tag value")
+        text = _free_text(str(value))
+        check_text("value", text, "a tag value")
         with self._transaction(write=True) as conn:
             version_id = self._version_id(conn, model, version)
-            stmt = self._insert(version_tags).values(
-                version_id=version_id, key=key, value=str(value)
-            )
+            stmt = self._insert(version_tags).values(version_id=version_id, key=key, value=text)
             conn.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[version_tags.c.version_id, version_tags.c.key],

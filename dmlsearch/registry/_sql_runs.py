@@ -38,6 +38,7 @@ from ._sql_values import (
     _chunks,
     _dumps,
     _float_or_none,
+    _free_text,
     _loads,
     _states,
 )
@@ -165,9 +166,9 @@ class _RunsMixin(_SQLCore):
             "started": _float_or_none(t.started),
             "finished": _float_or_none(t.finished),
             "duration": _float_or_none(t.duration),
-            "worker": t.worker,
+            "worker": _free_text(t.worker),
             "retries": int(t.retries),
-            "error": t.error,
+            "error": _free_text(t.error),
             "seed": None if t.seed is None else int(t.seed),
         }
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 from ..exceptions import InvalidParameterError
 from ._base import ModelVersionRecord
@@ -46,6 +47,35 @@ def _dumps(obj: Any) -> str:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+# -- free text -------------------------------------------------------------------------------
+
+#: What a character that no backend can store becomes (JSON keeps them all, escaped).
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@overload
+def _free_text(text: str) -> str: ...
+@overload
+def _free_text(text: None) -> None: ...
+def _free_text(text: str | None) -> str | None:
+    """``text`` as both backends store it: NUL and lone surrogates become U+FFFD.
+
+    PostgreSQL's text type cannot hold NUL (the whole statement fails: a trial's error
+    message with one lost its batch) and no UTF-8 database holds a lone surrogate; SQLite
+    is given the same text so that both backends read back alike.
+    """
+    if text is None:
+        return None
+    text = text.replace("\x00", REPLACEMENT)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
 
 
 def _float_or_none(x: Any) -> float | None:

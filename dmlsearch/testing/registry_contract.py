@@ -255,6 +255,63 @@ class StoreContract:
         assert type(got["int"]) is int and type(got["float"]) is float
         assert got["true"] is True and got["none"] is None
 
+    def test_nul_in_text_is_stored(self, store: RegistryStore) -> None:
+        # PostgreSQL's text cannot hold NUL: a failed trial whose message had one lost its
+        # whole batch there. Free text stores NUL (and a lone surrogate, which no UTF-8
+        # database holds) as U+FFFD on every backend; JSON values keep them exactly.
+        odd = "a\x00b\udc80"
+        shown = "a\ufffdb\ufffd"
+        exp = store.create_experiment(
+            "exp", config={"note": odd, "list": [odd]}, cluster={"host": odd}
+        )
+        batch = [
+            make_trial(
+                exp.id,
+                n,
+                state=FAILED,
+                value=None,
+                params={"s": odd, odd: [odd]},
+                scores={odd: [0.5]},
+                intermediate={"1": 0.5},
+                worker=f"tcp://{odd}:1",
+                error=f"ValueError: bad byte \x00 in input {n}",
+            )
+            for n in range(10)
+        ]
+        store.record_trials(exp.id, batch)
+        got = store.get_trials(exp.id)
+        assert [t.number for t in got] == list(range(10))
+        assert got[3].error == "ValueError: bad byte \ufffd in input 3"
+        assert got[3].worker == f"tcp://{shown}:1"
+        assert (got[3].params, got[3].scores) == ({"s": odd, odd: [odd]}, {odd: [0.5]})
+        same = [{k: v for k, v in vars(t).items() if k not in ("error", "worker")} for t in got]
+        assert same == [
+            {k: v for k, v in vars(t).items() if k not in ("error", "worker")} for t in batch
+        ]
+        assert store.get_experiment(exp.id).config == {"note": odd, "list": [odd]}
+        assert store.get_experiment(exp.id).cluster == {"host": odd}
+        store.set_experiment_config(exp.id, {"note": odd})
+        assert store.get_experiment(exp.id).config == {"note": odd}
+
+        version = _version(
+            store, metrics={"note": odd, "acc": 0.5}, lineage={"data": odd}, signature={odd: 1}
+        )
+        assert store.get_model_version("clf") == version
+        assert (version.metrics, version.lineage) == ({"note": odd, "acc": 0.5}, {"data": odd})
+        assert version.signature == {odd: 1}
+        store.set_tag("clf", 1, "k", odd)
+        assert store.get_model_version("clf", 1).tags == {"k": shown}
+        # Searching for the value that was set finds it, as does the value read back.
+        for value in (odd, shown):
+            assert [v.version for v in store.search_model_versions(tag=("k", value))] == [1]
+        # Names still refuse NUL: a name must read back as it was given.
+        with pytest.raises(InvalidParameterError):
+            store.create_experiment("e\x00")
+        with pytest.raises(InvalidParameterError):
+            store.set_tag("clf", 1, "k\x00", "v")
+        with pytest.raises(InvalidParameterError):
+            store.set_alias("clf", "a\x00", 1)
+
     def test_non_json_params(self, store: RegistryStore) -> None:
         np = pytest.importorskip("numpy")
         exp = store.create_experiment("exp")
