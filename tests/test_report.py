@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
+from typer.testing import CliRunner
 
 from dmlsearch import Float, Registry, SearchCV
+from dmlsearch.cli import app
 from dmlsearch.registry import NotFoundError, TrialRecord
 from dmlsearch.report import (
     FIGURES,
@@ -26,6 +28,7 @@ from dmlsearch.report import (
     write_report,
 )
 from dmlsearch.report._common import _load
+from dmlsearch.report._markup import _file_name
 from dmlsearch.report._params import _axis, _plot_parallel
 from dmlsearch.report._plots import _plot_curves, _plot_history
 from dmlsearch.testing.registry_contract import make_trial
@@ -468,6 +471,53 @@ def test_unknown_experiment_is_an_error(registry, tmp_path):
     with pytest.raises(NotFoundError):
         report_figures(registry, 12345)
     assert not (tmp_path / "r.html").exists()
+
+
+# ---------------------------------------------------------------- output paths
+
+
+def _report_cli(registry: Registry, *args: str | Path) -> Any:
+    """``dmlsearch report ARGS`` on ``registry``; a traceback is re-raised."""
+    result = CliRunner().invoke(app, ["report", *map(str, args), "--registry", registry.url])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def test_file_names_at_the_limit_are_written(registry, tmp_path):
+    """Names of 245-255 bytes failed: the temporary name beside them was ~11 bytes longer."""
+    name = _experiment(registry, CASES["one trial"])
+    for target in ("r" * 250 + ".html", "é" * 125 + ".html"):  # 255 bytes each
+        path = write_report(registry, name, tmp_path / "out" / target)
+        assert path.name == target and path.read_text(encoding="utf-8").startswith("<!DOCTYPE")
+    assert len(list((tmp_path / "out").iterdir())) == 2  # no temporary left
+
+
+def test_default_file_name_fits_and_stays_distinct():
+    assert _file_name("digits svc/v2") == "digits_svc_v2.html"
+    assert _file_name("n" * 250) == "n" * 250 + ".html"  # 255 bytes: kept whole
+    long, other = _file_name("é" * 200), _file_name("é" * 199 + "è")
+    for fitted in (long, other):
+        assert len(fitted.encode()) <= 255 and fitted.startswith("é" * 100)
+        assert fitted.endswith(".html")
+    assert long != other
+
+
+def test_cli_report_of_a_long_name(registry, tmp_path, monkeypatch):
+    """Was a traceback (OSError: File name too long) and exit 1: the default file name was
+    the experiment's, 405 bytes for "é" * 200 (a valid name: up to 256 characters)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("é" * 200, "é" * 199 + "è"):
+        _experiment(registry, CASES["one trial"], name=name)
+        result = _report_cli(registry, name)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == f"wrote {_file_name(name)}\n"
+    assert len(list(tmp_path.glob("*.html"))) == 2
+    # A name too long given with -o: one line saying what to change, exit 2.
+    result = _report_cli(registry, "é" * 200, "-o", "x" * 300 + ".html")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: xxx") and "at most 255 bytes" in result.stderr
 
 
 # ---------------------------------------------------------------- learning curves

@@ -23,6 +23,7 @@ from ._common import (
     _fail,
     _handled,
     _open_registry,
+    _os_error,
     _records,
     _table,
 )
@@ -243,12 +244,18 @@ def report(
     artifacts: ArtifactsOpt = None,
 ) -> None:
     """Write an HTML report of an experiment. One self-contained file, plots included."""
-    import re
-
     with _open_registry(registry, artifacts) as reg:
         exp = _experiment(reg, experiment)
         from ..report import write_report
+        from ..report._markup import _file_name
 
-        path = output or Path(re.sub(r"[^\w.-]+", "_", exp.name) + ".html")
-        written = write_report(reg, exp.name, path)
+        path = output or Path(_file_name(exp.name))
+        try:
+            written = write_report(reg, exp.name, path)
+        except OSError as exc:
+            if exc.filename != str(path):
+                raise
+            # Any reason the report's path cannot be written (a name too long, ...), not
+            # only those every command maps: bad input, one line.
+            raise _fail(f"error: {_os_error(exc)}", 2) from None
     typer.echo(f"wrote {written}")

@@ -6,9 +6,11 @@ import base64
 import contextlib
 import datetime as _dt
 import errno
+import hashlib
 import html
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,15 +117,42 @@ def _page(exp: ExperimentRecord, heading: str, body: Sequence[str]) -> str:
     return "\n".join(parts)
 
 
+#: The longest file name, in bytes, that Linux's and macOS's file systems take.
+_NAME_MAX = 255
+
+
+def _fit_name(name: str, suffix: str) -> str:
+    """``name + suffix``, or where that is over :data:`_NAME_MAX` bytes, ``name`` cut short
+    and a hash of all of it before ``suffix``: still readable, and distinct names stay
+    distinct."""
+    if len(os.fsencode(name + suffix)) <= _NAME_MAX:
+        return name + suffix
+    tail = "~" + hashlib.sha256(os.fsencode(name)).hexdigest()[:10] + suffix
+    head = name[:_NAME_MAX]
+    while len(os.fsencode(head + tail)) > _NAME_MAX:  # a character may take 4 bytes
+        head = head[:-1]
+    return head + tail
+
+
+def _file_name(experiment: str) -> str:
+    """The default report file of ``experiment``: its name (characters other than
+    letters, digits, ``.``, ``-`` and ``_`` replaced) plus ``.html``, cut to fit."""
+    return _fit_name(re.sub(r"[^\w.-]+", "_", experiment), ".html")
+
+
 def _write(text: str, path: str | os.PathLike[str]) -> Path:
     out = Path(path)
-    if out.is_dir():
-        raise IsADirectoryError(
-            errno.EISDIR, "is a folder: give the report a file name (e.g. report.html)", str(out)
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside the target, then renamed: a reader never sees half a report.
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(
+                errno.EISDIR, "is a folder: give the report a file name (e.g. report.html)"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _path_error(exc, out) from None
+    # Written beside the target, then renamed: a reader never sees half a report. The
+    # temporary name is longer than the target's: it is cut to fit where that one fits.
+    tmp = out.with_name(_fit_name(f".{out.name}", f".{os.getpid()}.tmp"))
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, out)
@@ -131,7 +160,18 @@ def _write(text: str, path: str | os.PathLike[str]) -> Path:
         with contextlib.suppress(OSError):  # e.g. a read-only folder: there is no tmp file
             tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            # Name the report's path, not the temporary file beside it.
-            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
+            raise _path_error(exc, out) from None
         raise
     return out
+
+
+def _path_error(exc: OSError, out: Path) -> OSError:
+    """``exc`` naming the report's path (not a temporary file or a parent), with what to
+    change where the system's message does not say."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENAMETOOLONG:
+        reason = (
+            f"file name too long: give a path whose names are at most {_NAME_MAX} bytes "
+            "each (UTF-8)"
+        )
+    return OSError(exc.errno, reason, str(out))
