@@ -22,6 +22,7 @@ from dmlsearch.registry import (
     TrialRecord,
     default_registry_url,
 )
+from dmlsearch.registry.sql import sqlite_path
 from dmlsearch.testing.registry_contract import POSTGRES_URL, StoreContract, postgres_schema
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -128,6 +129,16 @@ def test_sqlite_settings(tmp_path: Path) -> None:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_sqlite_uri_filenames_name_their_file(tmp_path: Path) -> None:
+    # A URI filename (how SQLite opens a file read-only) was taken for a relative path:
+    # create=False refused an existing registry and create=True made folders named 'file:'.
+    path = tmp_path / "r.db"
+    assert sqlite_path(sa.make_url(f"sqlite:///file:{path}?mode=ro&uri=true")) == path
+    assert sqlite_path(sa.make_url(f"sqlite:///file://{path}?uri=true")) == path
+    assert sqlite_path(sa.make_url("sqlite:///file::memory:?uri=true")) is None
+    assert sqlite_path(sa.make_url("sqlite:///file:x.db")) == Path("file:x.db").resolve()
 
 
 def test_unsupported_url() -> None:

@@ -10,6 +10,7 @@ import os
 import random
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,17 @@ def parse_registry_url(url: str | sa.URL) -> sa.URL:
     raise RegistryError(f"{url!r} is not a database URL: {hint}")
 
 
+_TRUE = ("true", "1", "yes", "on")
+
+
 def sqlite_path(url: sa.URL) -> Path | None:
     """The file of a SQLite URL (None for other backends and in-memory databases)."""
     if url.get_backend_name() != "sqlite":
         return None
     database = url.database or ""
+    if database.startswith("file:") and str(url.query.get("uri", "")).lower() in _TRUE:
+        # A SQLite URI filename (sqlite:///file:path?mode=ro&uri=true): the path is in it.
+        database = urllib.parse.unquote(urllib.parse.urlsplit(database).path)
     if database in ("", ":memory:") or url.query.get("mode") == "memory":
         return None
     return Path(database).expanduser().resolve()
