@@ -17,6 +17,7 @@ from sklearn.linear_model import LogisticRegression
 from dmlsearch import InvalidParameterError, Registry
 from dmlsearch.registry import (
     ArtifactIntegrityError,
+    ArtifactStore,
     NotFoundError,
     RegistryError,
     SQLStore,
@@ -125,6 +126,58 @@ def test_gc_collects_temporary_files_of_crashed_writes(tmp_path):
         _age(tmp, 7200)
         _age(uri, 7200)
         assert sorted(reg.gc()) == sorted([uri, str(tmp)])
+
+
+# -- refreshing a blob a gc takes ----------------------------------------------------------
+
+#: Pickled to the same bytes every time, so registering it again reuses its blob.
+WEIGHTS = {"w": [1.0, 2.0, 3.0]}
+
+
+def test_refreshing_never_creates_a_blob(tmp_path):
+    store = ArtifactStore(str(tmp_path / "store"), namespace="r")
+    missing = f"{store.base}/ab/{'ab' * 32}"
+    assert not store._refresh(missing)
+    assert not Path(missing).exists() and not Path(missing).parent.exists()
+
+
+def test_a_blob_collected_just_before_its_refresh_is_written_again(url, tmp_path, monkeypatch):
+    """Probe p05: a gc deleted the blob between the registration's check and its refresh;
+    fsspec's touch(truncate=False) then created an empty file, committed as the version."""
+    store = str(tmp_path / "store")
+    with Registry(url, store) as reg, Registry(url, store) as collector:
+        first = reg.register_model("m", WEIGHTS, allow_pickle=True)
+        reg.delete_version("m", first.version)
+        blob = Path(first.artifact_uri)
+        _age(blob, 7200)  # unreferenced and past the grace period: gc takes it
+        refresh = ArtifactStore._refresh
+
+        def collected_first(self: ArtifactStore, path: str) -> bool:
+            assert [Path(p) for p in collector.gc()] == [blob]
+            return refresh(self, path)
+
+        monkeypatch.setattr(ArtifactStore, "_refresh", collected_first)
+        again = reg.register_model("m", WEIGHTS, allow_pickle=True)
+        monkeypatch.setattr(ArtifactStore, "_refresh", refresh)
+        assert again.sha256 == first.sha256
+        assert blob.stat().st_size == len(reg.artifacts.get(again.sha256))
+        assert reg.verify_errors() == {}
+        assert reg.load_model("m", allow_pickle=True) == WEIGHTS
+
+
+def test_a_blob_damaged_while_it_is_refreshed_is_rewritten(tmp_path, monkeypatch):
+    """The blob is checked after its refresh, not before: what is committed is intact."""
+    store = ArtifactStore(str(tmp_path / "store"), namespace="r")
+    uri, digest = store.put(b"a model's bytes")
+    refresh = ArtifactStore._refresh
+
+    def truncated_first(self: ArtifactStore, path: str) -> bool:
+        Path(path).write_bytes(b"")
+        return refresh(self, path)
+
+    monkeypatch.setattr(ArtifactStore, "_refresh", truncated_first)
+    assert store.put(b"a model's bytes") == (uri, digest)
+    assert Path(uri).read_bytes() == b"a model's bytes"
 
 
 # -- older registries ---------------------------------------------------------------------

@@ -163,11 +163,13 @@ class ArtifactStore:
         Writing bytes that are already there only refreshes the blob's modification time, so
         that a garbage collection running meanwhile sees it as young and leaves it alone. A
         blob already there whose size or sha256 is wrong (truncated by a full disk, a bad
-        copy) is rewritten, so registering the model again repairs it.
+        copy) is rewritten, so putting the same bytes again repairs it.
         """
         digest = hashlib.sha256(data).hexdigest()
         path = self._path(digest)
-        if not self._intact(path, len(data), digest) or not self._refresh(path):
+        # Refresh first, then check: a blob a gc deleted in between is found missing and
+        # written again, never committed as whatever the refresh left.
+        if not (self._refresh(path) and self._intact(path, len(data), digest)):
             self._write(path, data)
         return self.uri(digest), digest
 
@@ -197,10 +199,18 @@ class ArtifactStore:
         self.fs.mv(tmp, path)
 
     def _refresh(self, path: str) -> bool:
-        """Bump the modification time of an existing blob; False where the backend cannot."""
+        """Bump the modification time of an existing blob; never creates one.
+
+        False where the blob is missing or the backend cannot: the caller writes it then.
+        Only local files are refreshed in place (``os.utime`` fails on a missing file);
+        fsspec's ``touch(truncate=False)`` creates an empty file when the blob vanished
+        since it was checked, so other backends rewrite the blob instead.
+        """
+        if self.protocol not in ("file", "local"):
+            return False
         try:
-            self.fs.touch(path, truncate=False)
-        except (NotImplementedError, ValueError, TypeError):
+            os.utime(path)
+        except OSError:  # missing, or not ours to touch: writing it says which
             return False
         return True
 
