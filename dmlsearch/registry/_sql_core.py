@@ -17,10 +17,18 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ..exceptions import InvalidParameterError
-from ._base import RegistryError, RegistryOpenError, RegistryStore, RegistryUnavailableError
+from ._base import (
+    NotFoundError,
+    RegistryError,
+    RegistryOpenError,
+    RegistryStore,
+    RegistryUnavailableError,
+)
 from ._sql_engine import (
     _SQLITE_BUSY_TIMEOUT_S,
     _WRITE_OPTION,
+    _is_foreign_key_violation,
+    _is_read_only,
     _is_unavailable,
     _make_engine,
     _one_line,
@@ -116,11 +124,14 @@ class _SQLCore(RegistryStore):
     # -- plumbing --------------------------------------------------------------------------
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Connection]:
+    def _transaction(self, *, write: bool, vanished: str | None = None) -> Iterator[Connection]:
         """One transaction; commits on success, rolls back on any exception.
 
         An error that means the database is unavailable for now becomes
-        RegistryUnavailableError (naming the URL).
+        RegistryUnavailableError (naming the URL); a write to a read-only database a
+        RegistryError saying so. With ``vanished``, a row that refers to one deleted
+        meanwhile (a foreign-key violation) is NotFoundError(vanished): on PostgreSQL
+        another transaction can delete what this one checked before inserting.
         """
         guard: AbstractContextManager[Any] = (
             self._memory_lock if self._memory_lock is not None else nullcontext()
@@ -136,7 +147,24 @@ class _SQLCore(RegistryStore):
                 raise RegistryUnavailableError(
                     f"the registry at {self.shown_url} is unavailable: {_one_line(exc)}"
                 ) from exc
+            if _is_read_only(exc):
+                raise self._read_only_error(exc) from exc
+            if vanished is not None and _is_foreign_key_violation(exc):
+                raise NotFoundError(vanished) from exc
             raise
+
+    def _read_only_error(self, exc: BaseException) -> RegistryError:
+        if self._dialect == "postgresql":
+            hint = (
+                "connect to the primary server rather than a replica, or turn "
+                "default_transaction_read_only off"
+            )
+        else:
+            hint = "open it without mode=ro, from an account that may write the file and its folder"
+        return RegistryError(
+            f"the registry at {self.shown_url} is read-only ({_one_line(exc)}): it can be "
+            f"read but not written; to write to it, {hint}"
+        )
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which has ``on_conflict_do_update``/``do_nothing``."""

@@ -174,6 +174,27 @@ def _one_line(exc: BaseException) -> str:
 _SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
 
 
+def _is_foreign_key_violation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a row referring to one that is not there (deleted meanwhile)."""
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) == "23503":  # PostgreSQL's foreign_key_violation
+        return True
+    # sqlite_errorname is Python 3.11+; the message is SQLite's own, in English.
+    return "FOREIGN KEY constraint failed" in str(orig)
+
+
+def _is_read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write refused because the database is read-only.
+
+    A PostgreSQL replica (hot standby) or ``default_transaction_read_only``; a SQLite file
+    opened with ``mode=ro`` or that cannot be written.
+    """
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) == "25006":  # read_only_sql_transaction
+        return True
+    return "readonly database" in str(orig)  # SQLite's SQLITE_READONLY, in English
+
+
 def _is_unavailable(exc: BaseException, dialect: str) -> bool:
     """Whether ``exc`` says the database is out of reach for now (worth retrying later)."""
     if isinstance(exc, sa.exc.TimeoutError):  # no pooled connection became free

@@ -332,7 +332,8 @@ class _ModelsMixin(_SQLCore):
     def set_alias(self, model: str, alias: str, version: int) -> None:
         _check_model_args(model, version, alias)
         check_alias_name("alias", alias, max_length=_MAX_NAME)
-        with self._transaction(write=True) as conn:
+        vanished = f"no version {version!r} of model {model!r} (deleted while setting {alias!r})"
+        with self._transaction(write=True, vanished=vanished) as conn:
             model_id = self._model_id(conn, model)
             version_id = self._version_id(conn, model, version)
             stmt = self._insert(aliases).values(
@@ -360,7 +361,8 @@ class _ModelsMixin(_SQLCore):
         _check_name("key", key)
         text = _free_text(str(value))
         check_text("value", text, "a tag value")
-        with self._transaction(write=True) as conn:
+        vanished = f"no version {version!r} of model {model!r} (deleted while tagging it)"
+        with self._transaction(write=True, vanished=vanished) as conn:
             version_id = self._version_id(conn, model, version)
             stmt = self._insert(version_tags).values(version_id=version_id, key=key, value=text)
             conn.execute(

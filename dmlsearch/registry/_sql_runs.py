@@ -204,7 +204,8 @@ class _RunsMixin(_SQLCore):
             by_number[int(t.number)] = self._trial_row(t)
         # Key order keeps concurrent overlapping upserts from deadlocking on PostgreSQL.
         rows = [by_number[n] for n in sorted(by_number)]
-        with self._transaction(write=True) as conn:
+        vanished = f"no experiment with id {experiment_id!r} (deleted while recording trials)"
+        with self._transaction(write=True, vanished=vanished) as conn:
             self._require_experiment(conn, experiment_id)
             if not rows:
                 return
