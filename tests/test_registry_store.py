@@ -18,6 +18,7 @@ from dmlsearch.registry import (
     SCHEMA_VERSION,
     NotFoundError,
     RegistryError,
+    RegistryOpenError,
     RegistryUnavailableError,
     SQLStore,
     TrialRecord,
@@ -428,3 +429,68 @@ def test_a_read_only_database_is_read_and_writes_say_it_is_read_only(store_url: 
             assert "can be read but not written" in message and "\n" not in message
             assert not isinstance(info.value, (RegistryUnavailableError, NotFoundError))
         assert replica.list_experiments() == [exp]
+
+
+# -- another application's tables ---------------------------------------------------------
+
+_FOREIGN = {
+    # Another application's models: dmlsearch adopted it, created its other tables around
+    # it, and then failed on use (ProgrammingError, InvalidRequestError).
+    "models": (
+        ["CREATE TABLE models (id INTEGER PRIMARY KEY, name TEXT UNIQUE, created TEXT, "
+         "owner TEXT)", "INSERT INTO models (id, name, owner) VALUES (1, 'churn', 'bi')"],
+        "models has no column last_version",
+    ),
+    # MLflow's tables of the same names.
+    "mlflow": (
+        ["CREATE TABLE experiments (experiment_id INTEGER PRIMARY KEY, name VARCHAR(256) "
+         "UNIQUE NOT NULL, lifecycle_stage VARCHAR(32))",
+         "CREATE TABLE model_versions (name VARCHAR(256), version INTEGER, "
+         "PRIMARY KEY (name, version))"],
+        "experiments has no column id, status, created, config, package_versions, "
+        "data_fingerprint, cluster; model_versions has no column id, model_id,",
+    ),
+    # Every column of dmlsearch's, and one more that an insert would have to fill.
+    "extra": (
+        ["CREATE TABLE schema_info (version INTEGER NOT NULL, applied_by TEXT NOT NULL)"],
+        "schema_info requires column applied_by, which dmlsearch does not fill",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_FOREIGN))
+def test_another_applications_table_of_a_dmlsearch_name_is_refused(
+    store_url: str, case: str
+) -> None:
+    statements, problem = _FOREIGN[case]
+    engine = sa.create_engine(store_url, poolclass=sa.pool.NullPool)
+    if engine.dialect.name == "sqlite":
+        Path(sa.make_url(store_url).database or "").parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(sa.text(statement))
+            before = set(sa.inspect(conn).get_table_names())
+        for create in (True, False):
+            with pytest.raises(RegistryOpenError, match="not dmlsearch's although named") as info:
+                SQLStore(store_url, create=create)
+            message = str(info.value)
+            assert problem in message and "nothing was created" in message
+            assert "\n" not in message and store_url.split("?")[0] in message
+            if engine.dialect.name == "postgresql":
+                assert "options=-csearch_path%3D<schema>" in message
+        with engine.connect() as conn:
+            assert set(sa.inspect(conn).get_table_names()) == before
+            if case == "models":
+                assert conn.execute(sa.text("SELECT name FROM models")).scalars().all() == ["churn"]
+    finally:
+        engine.dispose()
+
+
+def test_unrelated_tables_are_left_alone(store_url: str) -> None:
+    with SQLStore(store_url, migrate=False) as bare, bare.engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)"))
+    with SQLStore(store_url) as store:
+        store.create_experiment("exp")
+    with SQLStore(store_url, create=False) as store:
+        assert [e.name for e in store.list_experiments()] == ["exp"]

@@ -41,6 +41,7 @@ from ._sql_schema import (
     _PG_TRIALS_UPSERT,
     SCHEMA_VERSION,
     _new_registry_id,
+    foreign_tables,
     metadata,
     registry_info,
     schema_info,
@@ -107,6 +108,23 @@ class _SQLCore(RegistryStore):
         else:
             hint = "check the path and its permissions"
         return RegistryOpenError(f"cannot open the registry at {self.shown_url}: {message}; {hint}")
+
+    def _foreign_tables_error(self, foreign: dict[str, str]) -> RegistryOpenError:
+        """Refusal of a database whose tables of dmlsearch's names are another application's."""
+        listed = "; ".join(f"{name} {how}" for name, how in foreign.items())
+        if self._dialect == "postgresql":
+            where = (
+                "another database, or another schema of this one (CREATE SCHEMA <schema>, "
+                "then add ?options=-csearch_path%3D<schema> to the URL)"
+            )
+        else:
+            where = "another SQLite file"
+        tables = f"table {next(iter(foreign))} is" if len(foreign) == 1 else "tables are"
+        return RegistryOpenError(
+            f"cannot open the registry at {self.shown_url}: the database's {tables} not "
+            f"dmlsearch's although named as its own ({listed}); use {where}; nothing was "
+            "created"
+        )
 
     @property
     def shown_url(self) -> str:
@@ -176,7 +194,8 @@ class _SQLCore(RegistryStore):
         """Create the tables, or upgrade them, to :data:`SCHEMA_VERSION`; return it.
 
         Raises RegistryError if the database was written by a newer dmlsearch, or (with
-        ``create=False``) if it has no registry tables at all.
+        ``create=False``) if it has no registry tables at all; RegistryOpenError, creating
+        nothing, if a table of dmlsearch's names has another layout (another application's).
         """
         with self._transaction(write=True) as conn:
             if self._dialect == "postgresql":
@@ -185,6 +204,9 @@ class _SQLCore(RegistryStore):
                     sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
                 )
             # On SQLite BEGIN IMMEDIATE already serializes openers.
+            foreign = foreign_tables(conn)
+            if foreign:
+                raise self._foreign_tables_error(foreign)
             current = None
             if sa.inspect(conn).has_table(schema_info.name):
                 current = conn.execute(sa.select(sa.func.max(schema_info.c.version))).scalar()

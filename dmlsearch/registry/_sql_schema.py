@@ -194,6 +194,35 @@ _SQLITE_TRIALS_UPSERT = _trials_upsert_sqlite()
 _PG_TRIALS_UPSERT = _trials_upsert_postgresql()
 
 
+def foreign_tables(conn: Connection) -> dict[str, str]:
+    """The tables of dmlsearch's names that the database holds with another layout.
+
+    Maps each to what differs: a column it lacks, or one that dmlsearch would not fill and
+    the table requires. Another application's ``models`` table was otherwise taken as
+    dmlsearch's: the other tables were created around it and later calls failed.
+    """
+    found = sa.inspect(conn).get_multi_columns(filter_names=list(metadata.tables))
+    out: dict[str, str] = {}
+    for (_schema, name), columns in sorted(found.items()):
+        ours = metadata.tables[name].c
+        have = {column["name"] for column in columns}
+        missing = [column.name for column in ours if column.name not in have]
+        required = [
+            column["name"]
+            for column in columns
+            if column["name"] not in ours
+            and not column["nullable"]
+            and column.get("default") is None
+            and not column.get("identity")
+            and not column.get("autoincrement")
+        ]
+        if missing:
+            out[name] = f"has no column {', '.join(missing)}"
+        elif required:
+            out[name] = f"requires column {', '.join(required)}, which dmlsearch does not fill"
+    return out
+
+
 def _new_registry_id(conn: Connection) -> None:
     conn.execute(registry_info.insert().values(key="registry_id", value=uuid.uuid4().hex))
 

@@ -52,8 +52,10 @@ class SQLStore(_RunsMixin, _ModelsMixin):
         Passed to :func:`sqlalchemy.create_engine` (``pool_size``, ``echo``...).
 
     Raises RegistryError (one line, naming the URL) for a malformed URL, a missing driver,
-    a database that does not exist or cannot be reached, and with ``create=False`` an
-    empty database. Database errors that mean "unavailable for now" (connection lost, a
+    a database that does not exist or cannot be reached, a database holding another
+    application's table under one of dmlsearch's table names, and with ``create=False`` an
+    empty database. A write to a read-only database (a replica) raises RegistryError
+    saying so; reads work. Database errors that mean "unavailable for now" (connection lost, a
     lock held past the timeout) surface as RegistryUnavailableError from every method.
 
     The object is thread-safe: each call checks a connection out of the engine's pool.
