@@ -520,6 +520,37 @@ def test_cli_report_of_a_long_name(registry, tmp_path, monkeypatch):
     assert result.stderr.startswith("error: xxx") and "at most 255 bytes" in result.stderr
 
 
+def test_a_folder_path_is_refused_and_a_file_parent_named(registry, tmp_path):
+    """ "newdir/" wrote a file named newdir; under a file, the error was "afile: File exists"."""
+    name = _experiment(registry, CASES["one trial"])
+    given = f"{tmp_path / 'newdir'}/"
+    with pytest.raises(IsADirectoryError, match="give the report a file name") as folder:
+        write_report(registry, name, given)
+    assert folder.value.filename == given and "newdir/report.html" in str(folder.value)
+    assert not (tmp_path / "newdir").exists()  # neither a file nor a folder
+    (tmp_path / "afile").write_text("a file")
+    for target in (tmp_path / "afile" / "r.html", tmp_path / "afile" / "sub" / "r.html"):
+        with pytest.raises(NotADirectoryError) as under_file:
+            write_report(registry, name, target)
+        assert under_file.value.filename == str(target)
+        assert under_file.value.strerror.startswith(f"{tmp_path / 'afile'} is a file, not a folder")
+
+
+def test_cli_report_output_paths(registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = _experiment(registry, CASES["one trial"])
+    (tmp_path / "afile").write_text("a file")
+    cases = {
+        "newdir/": "error: newdir/: is a folder: give the report a file name",
+        "afile/r.html": "error: afile/r.html: afile is a file, not a folder",
+    }
+    for output, message in cases.items():
+        result = _report_cli(registry, name, "-o", output)
+        assert result.exit_code == 2 and result.stderr.startswith(message), result.output
+        assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "newdir").exists() and (tmp_path / "afile").read_text() == "a file"
+
+
 # ---------------------------------------------------------------- learning curves
 
 

@@ -236,8 +236,9 @@ def delete(
 @_handled
 def report(
     experiment: ExperimentArg,
+    # A string, not a Path: Path drops the trailing "/" that says "newdir/" is a folder.
     output: Annotated[
-        Path | None,
+        str | None,
         typer.Option("--output", "-o", help="The HTML file. Default: <experiment>.html."),
     ] = None,
     registry: RegistryOpt = None,
@@ -249,11 +250,11 @@ def report(
         from ..report import write_report
         from ..report._markup import _file_name
 
-        path = output or Path(_file_name(exp.name))
+        path = _file_name(exp.name) if output is None else output
         try:
             written = write_report(reg, exp.name, path)
         except OSError as exc:
-            if exc.filename != str(path):
+            if exc.filename != path:
                 raise
             # Any reason the report's path cannot be written (a name too long, ...), not
             # only those every command maps: bad input, one line.

@@ -123,7 +123,10 @@ def write_report(registry: Registry, experiment: str | int, path: str | os.PathL
     """Write one self-contained HTML report of ``experiment`` to ``path``; return the path.
 
     Parent folders are created; an existing file is replaced only once the new one is
-    complete. Raises the registry's ``NotFoundError`` for an unknown experiment.
+    complete. Raises the registry's ``NotFoundError`` for an unknown experiment, and an
+    ``OSError`` whose ``filename`` is ``path`` as given where it cannot be written:
+    ``IsADirectoryError`` for a folder (``"reports/"`` too, existing or not),
+    ``NotADirectoryError`` below a file.
     """
     exp = registry.experiment(experiment)  # NotFoundError for an unknown experiment
     if is_training_job(exp):

@@ -140,16 +140,26 @@ def _file_name(experiment: str) -> str:
     return _fit_name(re.sub(r"[^\w.-]+", "_", experiment), ".html")
 
 
+def _names_a_folder(given: str) -> bool:
+    """Whether the path as given ends in a separator, ``.`` or ``..``: a folder, existing
+    or not (``Path`` drops a trailing ``/``, so ``newdir/`` would become a file)."""
+    last = given
+    for sep in filter(None, (os.sep, os.altsep)):
+        last = last.rsplit(sep, 1)[-1]
+    return last in ("", ".", "..")
+
+
 def _write(text: str, path: str | os.PathLike[str]) -> Path:
-    out = Path(path)
+    out, given = Path(path), os.fspath(path)
     try:
-        if out.is_dir():
+        if _names_a_folder(given) or out.is_dir():
             raise IsADirectoryError(
-                errno.EISDIR, "is a folder: give the report a file name (e.g. report.html)"
+                errno.EISDIR,
+                f"is a folder: give the report a file name (e.g. {out / 'report.html'})",
             )
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _path_error(exc, out) from None
+        raise _path_error(exc, out, given) from None
     # Written beside the target, then renamed: a reader never sees half a report. The
     # temporary name is longer than the target's: it is cut to fit where that one fits.
     tmp = out.with_name(_fit_name(f".{out.name}", f".{os.getpid()}.tmp"))
@@ -160,18 +170,34 @@ def _write(text: str, path: str | os.PathLike[str]) -> Path:
         with contextlib.suppress(OSError):  # e.g. a read-only folder: there is no tmp file
             tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise _path_error(exc, out) from None
+            raise _path_error(exc, out, given) from None
         raise
     return out
 
 
-def _path_error(exc: OSError, out: Path) -> OSError:
-    """``exc`` naming the report's path (not a temporary file or a parent), with what to
-    change where the system's message does not say."""
+def _file_parent(out: Path) -> Path | None:
+    """The first of ``out``'s parents, from the root down, that is a file."""
+    for parent in reversed(out.parents):
+        with contextlib.suppress(OSError):
+            if parent.exists() and not parent.is_dir():
+                return parent
+    return None
+
+
+def _path_error(exc: OSError, out: Path, given: str) -> OSError:
+    """``exc`` naming the report's path as ``given`` (not a temporary file or a parent),
+    with what to change where the system's message does not say."""
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENAMETOOLONG:
         reason = (
             f"file name too long: give a path whose names are at most {_NAME_MAX} bytes "
             "each (UTF-8)"
         )
-    return OSError(exc.errno, reason, str(out))
+    elif exc.errno in (errno.EEXIST, errno.ENOTDIR) and (parent := _file_parent(out)):
+        # mkdir says "File exists" of the parent alone, which reads as if the report did.
+        return NotADirectoryError(
+            errno.ENOTDIR,
+            f"{parent} is a file, not a folder: write the report elsewhere or move that file",
+            given,
+        )
+    return OSError(exc.errno, reason, given)
