@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -494,3 +495,66 @@ def test_unrelated_tables_are_left_alone(store_url: str) -> None:
         store.create_experiment("exp")
     with SQLStore(store_url, create=False) as store:
         assert [e.name for e in store.list_experiments()] == ["exp"]
+
+
+# -- what an open error tells to do ------------------------------------------------------
+
+
+def _open_message(url: sa.URL) -> str:
+    with pytest.raises(RegistryOpenError) as info:
+        SQLStore(url.render_as_string(hide_password=False))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_only_a_missing_database_is_told_to_createdb() -> None:
+    # Any message with "does not exist" was told to create the database: a missing role
+    # too, and a table without a column.
+    server = sa.make_url(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL))
+    name = f"dmls_missing_{uuid.uuid4().hex[:12]}"
+    message = _open_message(server.set(database=name))
+    assert message.endswith(f"create it (createdb {name} or CREATE DATABASE {name}) or fix the URL")
+    message = _open_message(server.set(username=name))
+    assert f'role "{name}" does not exist' in message and "createdb" not in message
+    assert message.endswith(f"create the role (createuser {name} or CREATE ROLE {name} LOGIN) "
+                            "or fix the user name in the URL")  # fmt: skip
+    message = _open_message(server.update_query_dict({"options": f"-csearch_path={name}"}))
+    assert "createdb" not in message and "server is running" not in message
+    assert f"create the schema (CREATE SCHEMA {name}), let the URL's user" in message
+
+
+def test_a_user_without_create_on_the_schema_is_told_to_grant_it() -> None:
+    # PostgreSQL 15 no longer lets every user create tables in the public schema; that was
+    # told to check that the server is running.
+    server = os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)
+    role = f"dmls_user_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server, poolclass=sa.pool.NullPool)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
+    try:
+        with postgres_schema(server) as url:
+            schema = sa.make_url(url).query["options"].split("=")[1]
+            with admin.begin() as conn:  # it may see the schema, not create in it
+                conn.execute(sa.text(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"'))
+            message = _open_message(sa.make_url(url).set(username=role))
+        assert "permission denied for schema" in message
+        assert message.endswith("(GRANT CREATE ON SCHEMA <schema> TO <user>), or use a "
+                                "database or schema it owns")  # fmt: skip
+        assert "createdb" not in message and "server is running" not in message
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP ROLE "{role}"'))
+        admin.dispose()
+
+
+def test_a_wrong_password_is_told_to_check_it() -> None:
+    # The test server trusts every local user: the hint is checked on the server's message.
+    from dmlsearch.registry._sql_engine import _postgres_open_hint
+
+    message = 'connection failed: FATAL: password authentication failed for user "bob"'
+    url = sa.make_url("postgresql+psycopg://bob:x@db/reg")
+    hint = _postgres_open_hint(
+        sa.exc.OperationalError("connect", {}, Exception(message)), message, url
+    )
+    assert hint == "check the user name and password in the URL"

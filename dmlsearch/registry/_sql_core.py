@@ -32,6 +32,7 @@ from ._sql_engine import (
     _is_unavailable,
     _make_engine,
     _one_line,
+    _postgres_open_hint,
     default_registry_url,
     parse_registry_url,
 )
@@ -96,13 +97,8 @@ class _SQLCore(RegistryStore):
     def _open_error(self, exc: BaseException) -> RegistryOpenError:
         """A one-line error for a database that could not be opened, with what to check."""
         message = _one_line(exc)
-        if self._dialect == "postgresql" and "does not exist" in message:
-            hint = (
-                f"create it (createdb {self.url.database} or CREATE DATABASE "
-                f"{self.url.database}) or fix the URL"
-            )
-        elif self._dialect == "postgresql":
-            hint = "check that the server is running and that the URL is right"
+        if self._dialect == "postgresql":
+            hint = _postgres_open_hint(exc, message, self.url)
         elif "not a database" in message:
             hint = "check that the URL names the registry's SQLite file"
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sqlite3
 import time
 import urllib.parse
@@ -172,6 +173,48 @@ def _one_line(exc: BaseException) -> str:
 
 
 _SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
+
+# Server messages of a failed connection that name what is missing (libpq gives no SQLSTATE
+# for them; an English server, else the generic hint).
+_PG_MISSING = re.compile(r'\b(database|role) "([^"]*)" does not exist')
+_PG_SEARCH_PATH = re.compile(r"search_path\s*=\s*([^\s,]+)")
+
+
+def _postgres_open_hint(exc: BaseException, message: str, url: sa.URL) -> str:
+    """What to do about the PostgreSQL database at ``url`` that could not be opened.
+
+    Only a missing database gets "createdb": a missing role, schema or privilege
+    said so too, and a missing column was told to create the database.
+    """
+    missing = _PG_MISSING.search(message)
+    if missing and missing.group(1) == "database":
+        name = missing.group(2)
+        return f"create it (createdb {name} or CREATE DATABASE {name}) or fix the URL"
+    if missing:
+        name = missing.group(2)
+        return (
+            f"create the role (createuser {name} or CREATE ROLE {name} LOGIN) or fix the "
+            "user name in the URL"
+        )
+    if "password authentication failed" in message:
+        return "check the user name and password in the URL"
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    if sqlstate == "3F000":  # invalid_schema_name: no schema of search_path can be used
+        found = _PG_SEARCH_PATH.search(str(url.query.get("options", "")))
+        schema = found.group(1) if found else "<schema>"
+        return (
+            f"create the schema (CREATE SCHEMA {schema}), let the URL's user use it (GRANT "
+            f"USAGE, CREATE ON SCHEMA {schema} TO <user>) or fix search_path in the URL"
+        )
+    if sqlstate == "42501":  # insufficient_privilege: PostgreSQL 15 no longer lets any
+        # user create tables in the public schema.
+        return (
+            "let the URL's user create tables there (GRANT CREATE ON SCHEMA <schema> TO "
+            "<user>), or use a database or schema it owns"
+        )
+    if isinstance(exc, sa.exc.OperationalError):
+        return "check that the server is running and that the URL is right"
+    return "check the URL and that its user may create tables in the database"
 
 
 def _is_foreign_key_violation(exc: BaseException) -> bool:
