@@ -25,7 +25,7 @@ from dmlsearch.registry import (
     TrialRecord,
     default_registry_url,
 )
-from dmlsearch.registry.sql import sqlite_path
+from dmlsearch.registry.sql import parse_registry_url, sqlite_path
 from dmlsearch.testing.registry_contract import POSTGRES_URL, StoreContract, postgres_schema
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -558,3 +558,24 @@ def test_a_wrong_password_is_told_to_check_it() -> None:
         sa.exc.OperationalError("connect", {}, Exception(message)), message, url
     )
     assert hint == "check the user name and password in the URL"
+
+
+def test_postgres_urls_are_postgresql_urls() -> None:
+    # Heroku's and libpq's postgres:// was refused ("supports sqlite:/// and
+    # postgresql+psycopg://") although postgresql:// worked; SQLAlchemy refuses it too.
+    assert str(parse_registry_url("postgres://u@h/db")) == "postgresql+psycopg://u@h/db"
+    assert str(parse_registry_url("postgres+psycopg2://u@h/db")) == "postgresql+psycopg2://u@h/db"
+    given = sa.make_url("postgres://u:pw@h:5433/db?sslmode=require")
+    parsed = parse_registry_url(given)
+    assert parsed.drivername == "postgresql+psycopg"
+    assert (parsed.username, parsed.password, parsed.port) == ("u", "pw", 5433)
+    assert dict(parsed.query) == {"sslmode": "require"}
+    for kept in ("postgresql://u@h/db", "postgresql+psycopg://u@h/db", "sqlite:///x.db"):
+        assert str(parse_registry_url(kept)) == kept
+    with postgres_schema(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)) as url:
+        heroku = "postgres://" + url.split("://", 1)[1]
+        with SQLStore(heroku) as store:
+            assert store.engine.dialect.driver == "psycopg"
+            store.create_experiment("exp")
+        with SQLStore(url, create=False) as store:
+            assert [e.name for e in store.list_experiments()] == ["exp"]

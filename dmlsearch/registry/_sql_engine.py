@@ -84,15 +84,17 @@ def parse_registry_url(url: str | sa.URL) -> sa.URL:
     """``url`` as a SQLAlchemy URL; raises RegistryError saying what to write instead.
 
     A bare file name such as ``foo.db`` is not a URL: the message suggests ``sqlite:///foo.db``.
+    ``postgres://`` (Heroku's and libpq's spelling, which SQLAlchemy refuses) is read as
+    ``postgresql+psycopg://``, and ``postgres+driver://`` as ``postgresql+driver://``.
     """
     if isinstance(url, sa.URL):
-        return url
+        return _postgresql_spelled(url)
     if not isinstance(url, str):
         raise InvalidParameterError(
             "url", f"expected a database URL (str), got {type(url).__name__} {url!r}"
         )
     try:
-        return sa.make_url(url)
+        return _postgresql_spelled(sa.make_url(url))
     except (sa.exc.ArgumentError, ValueError):
         pass
     path = url.strip()
@@ -103,6 +105,14 @@ def parse_registry_url(url: str | sa.URL) -> sa.URL:
         else "write sqlite:///path/to/file.db or postgresql+psycopg://user@host/dbname"
     )
     raise RegistryError(f"{url!r} is not a database URL: {hint}")
+
+
+def _postgresql_spelled(url: sa.URL) -> sa.URL:
+    """``url`` with SQLAlchemy's name of PostgreSQL, and dmlsearch's driver if it names none."""
+    backend, _, driver = url.drivername.partition("+")
+    if backend != "postgres":
+        return url
+    return url.set(drivername=f"postgresql+{driver or 'psycopg'}")
 
 
 _TRUE = ("true", "1", "yes", "on")
