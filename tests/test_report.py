@@ -384,9 +384,51 @@ def test_the_best_trials_drawn_are_the_leaderboards(registry, config):
     dots = [number[line.get_ydata()[-1]] for line in curves[0].axes[0].lines[1::2]]
     assert len(dots) == MAX_LINES and set(best) <= set(dots) and dots[-1] == best[0]
     better = "less" if "direction" in config else "greater"
-    assert _plot_history(data.trials, data.minimize).axes[0].get_ylabel() == (
+    assert _plot_history(data.trials, data.minimize)[0].axes[0].get_ylabel() == (
         f"objective ({better} is better)"
     )
+
+
+def test_infinite_objectives_are_drawn_as_the_leaderboard_ranks_them(registry, tmp_path):
+    """The summary said "best value: inf" while the history called that trial "no score"."""
+    name = _experiment(
+        registry,
+        lambda e: [
+            make_trial(e, 0, value=math.inf, params={"C": 0.0}),
+            make_trial(e, 1, value=-math.inf, params={"C": 1.0}),
+            make_trial(e, 2, value=0.3, params={"C": 2.0}),
+            make_trial(e, 3, value=0.4, params={"C": 3.0}),
+            make_trial(e, 4, value=None, state="failed", params={"C": 4.0}),
+        ],
+    )
+    fig, caption = _plot_history(_load(registry, name).trials)
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert "completed, +inf" in labels and "completed, -inf" in labels
+    assert "complete (no score)" not in labels and "failed (no score)" in labels
+    assert [t.get_text() for t in ax.get_yticklabels(minor=True)] == ["+inf", "-inf"]
+    best = next(line for line in ax.lines if line.get_label() == "best so far")
+    top = next(line for line in ax.lines if line.get_label() == "completed, +inf")
+    assert set(best.get_ydata()) == set(top.get_ydata())  # +inf from trial 0 on
+    assert min(top.get_ydata()) > 0.4 and ax.get_ylim()[1] > max(top.get_ydata())
+    page, _ = _check(write_report(registry, name, tmp_path / "r.html"))
+    assert ["best value", "inf"] in page.rows
+    assert page.captions["Optimisation history"] == caption
+    assert caption.startswith("2 trials completed with an infinite objective")
+    parallel = page.captions["Parallel coordinates"]
+    assert parallel == "2 completed trials with an infinite objective are not drawn."
+
+
+def test_one_objective_for_all_is_one_colour_without_a_colour_bar(registry):
+    """The colour bar read 0…10 with an offset of 1e-13+5e-1."""
+    flat = _load(registry, _experiment(registry, CASES["same objective everywhere"]))
+    fig, caption = _plot_parallel(flat)
+    assert len(fig.axes) == 1  # no colour bar
+    assert caption == "Every trial drawn has the objective 0.5: one colour, no colour bar."
+    assert len({tuple(c) for c in fig.axes[0].collections[0].get_colors()}) == 1
+    varied = _load(registry, _experiment(registry, CASES["conditional"], name="varied"))
+    fig, caption = _plot_parallel(varied)
+    assert len(fig.axes) == 2 and caption == ""
 
 
 def test_importance_needs_two_varied_completed_trials(registry, tmp_path):

@@ -115,6 +115,15 @@ def _score(trial: TrialRecord) -> float:
     return math.nan
 
 
+def _objective(trial: TrialRecord) -> float:
+    """A completed trial's objective, infinities included (the leaderboard ranks them as
+    any value); NaN when it has none."""
+    value = trial.value
+    if trial.state == COMPLETE and value is not None and _is_number(value):
+        return float(value)  # NaN stays NaN: no score
+    return math.nan
+
+
 def _time(value: Any) -> float:
     return float(value) if _finite(value) else math.nan
 

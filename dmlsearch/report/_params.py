@@ -27,9 +27,11 @@ from ._common import (
     _is_number,
     _label,
     _message,
+    _objective,
     _score,
     _text,
 )
+from ._markup import _count
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -158,10 +160,18 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
     the best (ranked as :func:`_order` says) drawn last."""
     params, staged = data.params, data.staged
     scored = [t for t in data.trials if math.isfinite(_score(t))]
+    infinite = sum(math.isinf(_objective(t)) for t in data.trials)
+    # The leaderboard ranks an infinite objective; a colour scale has no place for it.
+    left_out = (
+        f"{_count(infinite, 'completed trial')} with an infinite objective "
+        f"{'is' if infinite == 1 else 'are'} not drawn."
+        if infinite
+        else ""
+    )
     if not scored or not params:
         fig = _figure(7.0, 2.5)
         _message(fig, "no completed trial with parameters to draw")
-        return fig, ""
+        return fig, left_out
     values = np.array([_score(t) for t in scored])
     axes = [_axis([t.params.get(p, _ABSENT) for t in scored]) for p in params]
     axes.append(_numeric_axis(list(values)))
@@ -182,13 +192,13 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
         ok = np.isfinite(row)  # a conditional parameter this trial did not set: skip its axis
         segments.append(np.column_stack([xs[ok], row[ok]]))
     low, high = float(values.min()), float(values.max())
-    norm = colors.Normalize(vmin=low, vmax=high if high > low else low + 1e-12)
+    norm = colors.Normalize(vmin=low, vmax=high)
     # Reversed when minimising: the best trials, drawn on top, are the brightest either way.
     cmap = matplotlib.colormaps["viridis_r" if data.minimize else "viridis"]
+    # One objective for all: one colour, and no colour bar (it would span 0 to 1e-12).
+    lines = cmap(norm(values[chosen])) if high > low else [cmap(1.0)]
     alpha = 0.7 if len(chosen) <= 200 else 0.35
-    ax.add_collection(
-        LineCollection(segments, colors=cmap(norm(values[chosen])), linewidths=1, alpha=alpha)
-    )
+    ax.add_collection(LineCollection(segments, colors=lines, linewidths=1, alpha=alpha))
     for x, a in zip(xs, axes, strict=True):
         ax.axvline(x, color="grey", linewidth=0.8)
         for tick, text in zip(a.ticks, a.labels, strict=True):
@@ -209,8 +219,12 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
     ax.set_ylim(-0.05, 1.05)
     for side in ("left", "right", "top", "bottom"):
         ax.spines[side].set_visible(False)
-    fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="objective", pad=0.02)
-    return fig, caption
+    same = ""
+    if high > low:
+        fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="objective", pad=0.02)
+    else:
+        same = f"Every trial drawn has the objective {_text(low)}: one colour, no colour bar."
+    return fig, " ".join(part for part in (caption, same, left_out) if part)
 
 
 def _importance(

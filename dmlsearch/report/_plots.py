@@ -18,10 +18,11 @@ from ._common import (
     _legend_outside,
     _load,
     _message,
+    _objective,
     _png,
-    _score,
     _time,
 )
+from ._markup import _count
 from ._params import (
     _importance,
     _order,
@@ -37,18 +38,19 @@ if TYPE_CHECKING:
     from ..registry import Registry
 
 
-def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> Figure:
+def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> tuple[Figure, str]:
     """Objective per trial number, best so far as a step line (least so far where
-    ``minimize``), unscored trials marked."""
+    ``minimize``), unscored trials marked, infinite objectives on rows of their own."""
     fig = _figure()
     if not trials:
         _message(fig, "no trials recorded yet")
-        return fig
+        return fig, ""
     ax = fig.add_subplot()
     numbers = np.array([t.number for t in trials], dtype=float)
-    values = np.array([_score(t) for t in trials])
+    values = np.array([_objective(t) for t in trials])
     states = np.array([t.state for t in trials], dtype=object)
-    ok = np.isfinite(values)
+    ok, infinite = np.isfinite(values), np.isinf(values)
+    scored = ok | infinite
     size = 4.0 if len(trials) <= 500 else 2.0
     if ok.any():
         ax.plot(
@@ -61,20 +63,15 @@ def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> Figu
             color=_colour(COMPLETE),
             label="completed",
         )
-        if minimize:
-            best = np.fmin.accumulate(np.where(ok, values, np.inf))
-        else:
-            best = np.fmax.accumulate(np.where(ok, values, -np.inf))
-        shown = np.isfinite(best)
-        ax.step(numbers[shown], best[shown], where="post", color="black", label="best so far")
         low, high = float(values[ok].min()), float(values[ok].max())
         marks = low - 0.08 * ((high - low) or abs(low) or 1.0)
     else:
         marks = 0.0
         ax.set_yticks([])
-        ax.text(0.5, 0.6, "no trial has a score", transform=ax.transAxes, ha="center")
-    for state in sorted(set(states[~ok])):
-        where = ~ok & (states == state)
+        if not infinite.any():
+            ax.text(0.5, 0.6, "no trial has a score", transform=ax.transAxes, ha="center")
+    for state in sorted(set(states[~scored])):
+        where = ~scored & (states == state)
         ax.plot(
             numbers[where],
             np.full(int(where.sum()), marks),
@@ -84,11 +81,57 @@ def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> Figu
             color=_colour(state),
             label=f"{_label(state)} (no score)",
         )
+    # The finite values set the range; an infinite one gets a labelled row beyond it.
+    bottom, top = ax.get_ylim()
+    span = top - bottom
+    rows = {"+inf": top + 0.08 * span, "-inf": bottom - 0.08 * span}
+    drawn = [name for name in rows if (values == float(name)).any()]
+    if drawn:
+        from matplotlib.ticker import FixedLocator
+
+        # The finite ticks stay where they were (and keep any offset their formatter uses);
+        # the rows are labelled as minor ticks.
+        finite = [float(t) for t in ax.get_yticks() if bottom <= t <= top] if ok.any() else []
+        ax.yaxis.set_major_locator(FixedLocator(finite))
+        ax.set_yticks([rows[name] for name in drawn], drawn, minor=True)
+        for name in drawn:
+            ax.axhline(rows[name], color="grey", linewidth=0.6, linestyle=":")
+        ax.set_ylim(
+            rows["-inf"] - 0.04 * span if "-inf" in drawn else bottom,
+            rows["+inf"] + 0.04 * span if "+inf" in drawn else top,
+        )
+    if scored.any():
+        if minimize:
+            best = np.fmin.accumulate(np.where(scored, values, np.inf))
+        else:
+            best = np.fmax.accumulate(np.where(scored, values, -np.inf))
+        seen = np.cumsum(scored) > 0
+        shown = np.select([best == np.inf, best == -np.inf], [rows["+inf"], rows["-inf"]], best)
+        ax.step(numbers[seen], shown[seen], where="post", color="black", label="best so far")
+    for name, marker in (("+inf", "^"), ("-inf", "v")):
+        where = values == float(name)
+        if where.any():
+            ax.plot(
+                numbers[where],
+                np.full(int(where.sum()), rows[name]),
+                linestyle="none",
+                marker=marker,
+                markersize=size + 2,
+                color=_colour(COMPLETE),
+                label=f"completed, {name}",
+            )
     ax.set_xlabel("trial number")
     ax.set_ylabel(f"objective ({'less' if minimize else 'greater'} is better)")
     ax.grid(alpha=0.3)
     _legend_outside(ax)
-    return fig
+    caption = ""
+    if infinite.any():
+        caption = (
+            f"{_count(int(infinite.sum()), 'trial')} completed with an infinite objective: "
+            "drawn as triangles on the rows labelled +inf (above the finite values) and -inf "
+            "(below them), as is the best-so-far line where it is infinite."
+        )
+    return fig, caption
 
 
 def _lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
@@ -230,7 +273,7 @@ def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
     if isinstance(importances, str):  # the panel's text, also readable without the image
         importance_caption = f"{importances[0].upper()}{importances[1:]}. {importance_caption}"
     timeline, timeline_caption = _plot_timeline(data.trials)
-    figures = {"history": (_plot_history(data.trials, data.minimize), "")}
+    figures = {"history": _plot_history(data.trials, data.minimize)}
     curves = _plot_curves(data)
     if curves is not None:
         figures["curves"] = curves
