@@ -890,3 +890,28 @@ def test_the_run_summary_counts_budget_stops_apart_from_failures() -> None:
     )
     out = _result(search, 1.0)
     assert out["n_trials"] == 5 and out["failed"] == 2 and out["stopped"] == 1
+
+
+def test_a_run_where_no_trial_completed_is_an_error(in_tmp: Path, client: Client) -> None:
+    # KFold(2) without shuffling: the second fold trains on the first 10 rows, one class,
+    # so every trial fails there and scores its other fold (the search does not raise).
+    rows = [f"{i},a" for i in range(10)] + [f"{i},{'ab'[i % 2]}" for i in range(10, 20)]
+    (in_tmp / "data.csv").write_text("x,label\n" + "\n".join(rows) + "\n")
+    (in_tmp / "exp.yaml").write_text(
+        "version: 1\nname: one-class-fold\n"
+        "data: {path: data.csv, target: label}\n"
+        "model: sklearn.linear_model.LogisticRegression\n"
+        "search:\n  space: {C: [1.0, 2.0]}\n  strategy: grid\n"
+        "  cv: {class: sklearn.model_selection.KFold, params: {n_splits: 2}}\n"
+    )
+    address = client.scheduler.address
+    args = ["exp.yaml", "--no-progress", "--set", f"cluster.address={address}"]
+    result = invoke("run", *args)
+    assert_clean_failure(
+        result, 1, "error: no trial completed: 2 of 2 trials failed", "only one class"
+    )
+    assert "best " not in result.stdout
+    # --json still prints the summary, for scripts, and exits 1 too.
+    result = invoke("run", *args, "--overwrite", "--json")
+    assert result.exit_code == 1 and "no trial completed" in result.stderr
+    assert json.loads(result.stdout)["failed"] == 2

@@ -1030,3 +1030,17 @@ def test_malformed_files_always_raise_config_error(example: tuple[str, list[str]
     else:
         if not text.startswith(SPLICED):
             pytest.fail(f"accepted a malformed file:\n{text}")
+
+
+@pytest.mark.parametrize(("resource", "expected"), [("n_samples", None), ("clf__max_iter", 1)])
+def test_the_scheduler_min_resource_defaults_as_search_cv_does(
+    resource: str, expected: int | None
+) -> None:
+    # None lets SearchCV resolve n_samples to 2 * n_splits * n_classes rows (with 1, rung 0
+    # trained each fold on 2 rows); any other resource starts at 1, as before.
+    cfg = parse_config(
+        dump(VALID),
+        overrides=[f"scheduler={{kind: asha, resource: {resource}, max_resource: 27}}"],
+    )
+    assert cfg.scheduler is not None and cfg.scheduler.min_resource is None
+    assert build_search(cfg).get_params()["min_resource"] == expected

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ._common import _console, _deleted, _echo_json, _probe_registry, _registry_url
+from ._common import _console, _deleted, _echo_json, _fail, _probe_registry, _registry_url
 
 
 def _run(
@@ -64,8 +64,13 @@ def _run(
     )
     result = _result(search, time.perf_counter() - start)
     result["ensembles"] = ensembles
+    failure = _no_trial_completed(search, result)
     if json_:
         _echo_json(result)
+    if failure is not None:
+        # Not a success: no best score, whatever fit returned (exit code 1, docs/cli.md).
+        raise _fail(failure, 1)
+    if json_:
         return
     console = _console()
     stopped = f", {result['stopped']} stopped by the time budget" if result["stopped"] else ""
@@ -86,6 +91,38 @@ def _run(
         )
     for ens in ensembles:
         console.print(_ensemble_line(ens))
+
+
+def _no_trial_completed(search: Any, result: dict[str, Any]) -> str | None:
+    """The error line when no trial completed on every fold (each failed, or timed out),
+    else None.
+
+    The search may return such a fit (its folds scored ``error_score``, its best score
+    NaN, a refit of an arbitrary trial): nothing in it ranks the candidates.
+    """
+    trials = search.trials_
+    # A multi-fidelity search records each rung step: one complete step is a score.
+    if not trials or any(t.state == "complete" for t in trials):
+        return None
+    first = next((t.error for t in trials if t.error), None)
+    reason = _last_line(first) if first else "no error was recorded"
+    registered = ""
+    if result["model"] is not None:
+        model = result["model"]
+        registered = (
+            f"; model {model['name']} v{model['version']} was registered from them anyway: "
+            f"`dmlsearch registry delete-version {model['name']} {model['version']}` removes it"
+        )
+    return (
+        f"error: no trial completed: {result['failed']} of {result['n_trials']} trials "
+        f"failed, so there is no best score{registered}. The first error: {reason}"
+    )
+
+
+def _last_line(error: str) -> str:
+    """The exception line of a worker's traceback (its last non-empty line)."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else error.strip()
 
 
 def _ensemble_row(record: Any, oof_score: float | None = None) -> dict[str, Any]:

@@ -20,11 +20,15 @@ class SchedulerSection(_Section):
 
     ``resource`` names what the budget counts: ``partial_fit`` (epochs), ``n_samples``
     (training rows) or an estimator parameter such as ``n_estimators`` or ``max_iter``.
+    ``min_resource`` left out is ``SearchCV``'s default: ``2 * n_splits * n_classes`` rows
+    for ``n_samples``, else 1.
     """
 
     kind: Literal["asha", "hyperband", "halving", "median"]
     resource: str
-    min_resource: PosInt = 1
+    # None, as SearchCV's: for n_samples it is resolved against the data (a few rows per
+    # fold and class), which a fixed 1 is not (rung 0 trained each fold on 2 rows).
+    min_resource: PosInt | None = None
     max_resource: PosInt
     reduction_factor: Annotated[int, BeforeValidator(_no_bool), Field(ge=2)] = 3
     state_store: str | bool = "auto"
@@ -71,7 +75,7 @@ class SchedulerSection(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> SchedulerSection:
-        if self.min_resource > self.max_resource:
+        if self.min_resource is not None and self.min_resource > self.max_resource:
             problems = _Problems()
             problems.add(
                 ("min_resource",),
@@ -85,11 +89,18 @@ class SchedulerSection(_Section):
         return {
             "scheduler": self.kind,
             "resource": self.resource,
-            "min_resource": self.min_resource,
+            "min_resource": self._min_resource(),
             "max_resource": self.max_resource,
             "reduction_factor": self.reduction_factor,
             "state_store": self.state_store,
         }
+
+    def _min_resource(self) -> int | None:
+        if self.min_resource is None and self.resource != "n_samples":
+            # What SearchCV resolves None to for any other resource; written out so that
+            # experiments run before this default changed still resume (same schedule).
+            return 1
+        return self.min_resource
 
 
 def check_resource_problem(section: SchedulerSection, estimator: Any) -> str | None:
