@@ -8,6 +8,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -178,6 +179,104 @@ def test_a_blob_damaged_while_it_is_refreshed_is_rewritten(tmp_path, monkeypatch
     monkeypatch.setattr(ArtifactStore, "_refresh", truncated_first)
     assert store.put(b"a model's bytes") == (uri, digest)
     assert Path(uri).read_bytes() == b"a model's bytes"
+
+
+# -- gc while registrations commit ----------------------------------------------------------
+
+
+def _collect_with(reg: Registry, monkeypatch: pytest.MonkeyPatch, *, on_read: Any) -> list[str]:
+    """``reg.gc(grace_seconds=0)`` with ``on_read(n)`` run after its n-th read of the
+    references (a registration in another process committing just then)."""
+    real = reg.store.referenced_artifacts
+    reads: list[int] = []
+
+    def read() -> set[str]:
+        referenced = real()
+        reads.append(1)
+        on_read(len(reads))
+        return referenced
+
+    monkeypatch.setattr(reg.store, "referenced_artifacts", read)
+    try:
+        return reg.gc(grace_seconds=0)
+    finally:
+        monkeypatch.setattr(reg.store, "referenced_artifacts", real)
+
+
+def test_gc_keeps_a_blob_registered_after_it_read_the_references(url, tmp_path, monkeypatch):
+    """Probe p04: gc read the references once, before listing the store; a version that
+    committed after that read (its post-commit check passed) lost its blob to the gc."""
+    store = str(tmp_path / "store")
+    with Registry(url, store) as collector, Registry(url, store) as writer:
+        first = writer.register_model("m", WEIGHTS, allow_pickle=True)
+        writer.delete_version("m", first.version)
+        versions = []
+
+        def register(n: int) -> None:
+            if n == 1:  # commits (and checks its blob) right after gc's first read
+                versions.append(writer.register_model("m", WEIGHTS, allow_pickle=True))
+
+        assert _collect_with(collector, monkeypatch, on_read=register) == []
+        assert [v.sha256 for v in versions] == [first.sha256]
+        assert writer.verify_errors() == {}
+        assert writer.load_model("m", allow_pickle=True) == WEIGHTS
+        assert sorted(p.name for p in Path(first.artifact_uri).parent.iterdir()) == [
+            first.sha256
+        ]  # put back, nothing left aside
+
+
+def test_a_registration_committing_after_gc_writes_its_blob_again(url, tmp_path, monkeypatch):
+    """The last race: the version commits after gc's last read and the gc deletes its blob;
+    the registration's check after committing writes it again."""
+    store = str(tmp_path / "store")
+    with Registry(url, store) as collector, Registry(url, store) as writer:
+        first = writer.register_model("m", WEIGHTS, allow_pickle=True)
+        writer.delete_version("m", first.version)
+        commit = writer.store.create_model_version
+        removed: list[str] = []
+
+        def collected_then_commit(*args: Any, **kwargs: Any) -> Any:
+            removed.extend(collector.gc(grace_seconds=0))
+            return commit(*args, **kwargs)
+
+        monkeypatch.setattr(writer.store, "create_model_version", collected_then_commit)
+        again = writer.register_model("m", WEIGHTS, allow_pickle=True)
+        assert [Path(p) for p in removed] == [Path(first.artifact_uri)]
+        assert again.sha256 == first.sha256
+        assert writer.verify_errors() == {}
+
+
+def test_a_blob_left_aside_by_an_interrupted_gc_is_put_back_if_referenced(url, tmp_path):
+    with Registry(url, str(tmp_path / "store")) as reg:
+        used = reg.register_model("m", WEIGHTS, allow_pickle=True)
+        dropped = reg.register_model("m", {"other": 1}, allow_pickle=True)
+        reg.delete_version("m", dropped.version)
+        # What a gc killed between moving blobs aside and reading the references leaves.
+        for record in (used, dropped):
+            path = Path(record.artifact_uri)
+            path.rename(f"{path}.gc-{'0' * 32}")
+        assert reg.gc(grace_seconds=0, dry_run=True) == [f"{dropped.artifact_uri}.gc-{'0' * 32}"]
+        assert not Path(used.artifact_uri).exists()  # a dry run moves nothing
+        assert reg.gc(grace_seconds=0) == [f"{dropped.artifact_uri}.gc-{'0' * 32}"]
+        assert reg.verify_errors() == {}
+        assert sorted(p.name for p in Path(used.artifact_uri).parent.iterdir()) == [used.sha256]
+
+
+def test_a_temporary_file_a_gc_takes_mid_write_is_written_again(tmp_path, monkeypatch):
+    """A gc with no grace period cannot tell a write in flight from a crashed one's file."""
+    store = ArtifactStore(str(tmp_path / "store"), namespace="r")
+    move = store.fs.mv
+    taken: list[str] = []
+
+    def collected_first(source: str, target: str, **kwargs: Any) -> None:
+        if not taken:
+            taken.extend(store.collect(set, grace_seconds=0))
+        move(source, target, **kwargs)
+
+    monkeypatch.setattr(store.fs, "mv", collected_first)
+    _, digest = store.put(b"a model's bytes")
+    assert len(taken) == 1 and ".tmp-" in taken[0]
+    assert store.get(digest) == b"a model's bytes"
 
 
 # -- older registries ---------------------------------------------------------------------

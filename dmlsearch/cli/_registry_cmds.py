@@ -252,7 +252,10 @@ def registry_gc(
             "--grace",
             metavar="SECONDS",
             min=0,
-            help="Keep files younger than this: a registration may be writing them.",
+            help="Keep files younger than this: a registration may be writing them. With 0, "
+            "a model version committing meanwhile still keeps its file (unless its process is "
+            "killed right after committing), but the checkpoints of a running training job "
+            "and the state copies of a running search do not: use 0 only when none runs.",
         ),
     ] = 3600.0,
     registry: RegistryOpt = None,

@@ -122,7 +122,7 @@ class _RegistryModels(_RegistryCore):
         )
         if not self.artifacts.owns(digest):
             # A gc in another process took the blob between the write and the commit
-            # (possible only past the grace period): write it again.
+            # (past its grace period, or with none): write it again.
             self.artifacts.put(serialized.data)
         return record
 

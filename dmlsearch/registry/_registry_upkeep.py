@@ -68,7 +68,9 @@ class _RegistryUpkeep(_RegistryCore):
         Only blobs under this registry's own folder of the artifact store are considered
         (never another registry's, nor blobs from before namespaces), and only those
         written more than ``grace_seconds`` ago, so a registration in flight in another
-        process keeps its blob. Temporary files of crashed writes past the grace period go
+        process keeps its blob; a version that commits while gc runs keeps it whatever the
+        grace period (the store is listed before the references are read; see
+        :meth:`ArtifactStore.collect`). Temporary files of crashed writes past the grace period go
         too, and so do the copies of trials' states that a crashed multi-fidelity search
         left (``SearchCV(state_store=...)``; a finished search deletes its own). With
         ``dry_run`` nothing is deleted and the paths that would be are returned.
@@ -87,6 +89,8 @@ class _RegistryUpkeep(_RegistryCore):
             return []  # an old registry opened without upgrading: nothing is provably ours
         from .._rung_store import collect_states
 
-        referenced = self.store.referenced_artifacts()
-        removed = self.artifacts.collect(referenced, grace_seconds=grace_seconds, dry_run=dry_run)
+        # A callable: the store is listed first, then the references read (twice).
+        removed = self.artifacts.collect(
+            self.store.referenced_artifacts, grace_seconds=grace_seconds, dry_run=dry_run
+        )
         return removed + collect_states(self.artifacts, grace_seconds, dry_run)

@@ -17,6 +17,7 @@ import hashlib
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,11 @@ __all__ = [
 
 _HEX = frozenset("0123456789abcdef")
 _TMP = ".tmp-"
+# ``<sha>.gc-<uuid>``: a blob a gc moved aside while it reads the references again.
+_ASIDE = ".gc-"
 _CHUNK = 1 << 20
+# Writes of one blob before giving up on a temporary file that keeps vanishing.
+_WRITE_ATTEMPTS = 5
 
 
 class ArtifactIntegrityError(DmlsearchError):
@@ -57,11 +62,13 @@ def _is_digest(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Blob:
-    """One file of the store: a blob (``digest`` set) or a temporary file left by a crash."""
+    """One file of the store: a blob (``digest`` set), a temporary file left by a crash, or
+    a blob a gc moved aside and has not yet deleted or put back (``aside``: its digest)."""
 
     path: str
     digest: str | None
     mtime: float | None
+    aside: str | None = None
 
 
 def _timestamp(value: Any) -> float | None:
@@ -191,12 +198,20 @@ class ArtifactStore:
         return sha.hexdigest() == digest
 
     def _write(self, path: str, data: bytes) -> None:
-        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        # Write aside, then move: a crash never leaves a partial blob under its final name.
-        tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
-        with self.fs.open(tmp, "wb") as fh:
-            fh.write(data)
-        self.fs.mv(tmp, path)
+        for attempt in range(_WRITE_ATTEMPTS):
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            # Write aside, then move: a crash never leaves a partial blob under its name.
+            tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
+            try:
+                with self.fs.open(tmp, "wb") as fh:
+                    fh.write(data)
+                self.fs.mv(tmp, path)
+                return
+            except FileNotFoundError:
+                # A gc with no grace period took the temporary file (it cannot tell it
+                # from a crashed write's): write it again.
+                if attempt == _WRITE_ATTEMPTS - 1:
+                    raise
 
     def _refresh(self, path: str) -> bool:
         """Bump the modification time of an existing blob; never creates one.
@@ -283,6 +298,8 @@ class ArtifactStore:
                 out.append(Blob(path, name, _mtime(info)))
             elif _TMP in name and _is_digest(name.split(_TMP, 1)[0]):
                 out.append(Blob(path, None, _mtime(info)))
+            elif _ASIDE in name and _is_digest(name.split(_ASIDE, 1)[0]):
+                out.append(Blob(path, None, _mtime(info), aside=name.split(_ASIDE, 1)[0]))
         return out
 
     def digests(self) -> set[str]:
@@ -297,30 +314,79 @@ class ArtifactStore:
         return None if stamp is None else now - stamp
 
     def collect(
-        self, referenced: set[str], *, grace_seconds: float, dry_run: bool = False
+        self,
+        references: Callable[[], set[str]],
+        *,
+        grace_seconds: float,
+        dry_run: bool = False,
     ) -> list[str]:
-        """Delete this store's blobs not in ``referenced`` and older than ``grace_seconds``.
+        """Delete this store's blobs that ``references()`` does not name and older than
+        ``grace_seconds``; returns the paths deleted (or, with ``dry_run``, that would be).
 
         Temporary files of crashed writes older than the grace period go too. A file whose
-        age the backend does not tell is kept unless ``grace_seconds`` is 0. Each age is read
-        again just before deleting, so a blob that a registration refreshed meanwhile stays.
-        Returns the paths deleted (or, with ``dry_run``, that would be).
+        age the backend does not tell is kept unless ``grace_seconds`` is 0. The store is
+        listed before the references are read, so a version committed after that read
+        refers to a blob listed as unreferenced at worst, never to one written later. Each
+        such blob's age is read again (a registration may have just refreshed it), then it
+        is moved aside; the references are read once more and the blobs now referenced are
+        put back, the rest deleted. A registration committing after that last read finds
+        its blob gone when it checks after committing, and writes it again.
         """
+        listed = self.blobs()
+        referenced = references()
+        moved: list[tuple[str, str, str]] = []  # (path, digest, where it was moved aside)
         removed = []
-        for blob in self.blobs():
+        for blob in listed:
             if blob.digest is not None and blob.digest in referenced:
+                continue
+            if blob.aside is not None and blob.aside in referenced:
+                # Left aside by a gc that did not finish; a version uses it.
+                if not dry_run:
+                    self._put_back(blob.path, blob.aside)
                 continue
             if grace_seconds > 0:
                 age = self._age(blob.path, time.time())
                 if age is None or age < grace_seconds:
                     continue
-            if not dry_run:
+            if dry_run:
+                removed.append(self.show(blob.path))
+            elif blob.digest is None:  # no version refers to a file by this name
+                if self._remove(blob.path):
+                    removed.append(self.show(blob.path))
+            else:
+                aside = f"{blob.path}{_ASIDE}{uuid.uuid4().hex}"
                 try:
-                    self.fs.rm(blob.path)
-                except FileNotFoundError:
+                    self.fs.mv(blob.path, aside)
+                except FileNotFoundError:  # another gc took it first
                     continue
-            removed.append(self.show(blob.path))
+                moved.append((blob.path, blob.digest, aside))
+        if moved:
+            referenced = references()
+        for path, digest, aside in moved:
+            if digest in referenced:
+                self._put_back(aside, digest)  # registered while this gc ran
+            elif self._remove(aside):
+                removed.append(self.show(path))
         return removed
+
+    def _put_back(self, aside: str, digest: str) -> None:
+        """Return a blob moved aside to its name, unless a registration wrote it again."""
+        path = self._path(digest)
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(aside)
+            else:
+                self.fs.mv(aside, path)
+        except FileNotFoundError:  # another gc dealt with it
+            pass
+
+    def _remove(self, path: str) -> bool:
+        """Delete ``path``; False if it was already gone."""
+        try:
+            self.fs.rm(path)
+        except FileNotFoundError:
+            return False
+        return True
 
     def delete(self, digest: str) -> None:
         """Delete ``digest`` from this namespace (never from the old shared layout)."""
