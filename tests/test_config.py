@@ -76,6 +76,12 @@ def dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def problems(text: str, **kwargs: Any) -> dict[str, Any]:
     """Parse ``text`` expecting a ConfigError; returns {path: problem}."""
     with pytest.raises(ConfigError) as info:
@@ -654,6 +660,30 @@ def test_csv_features_select_columns(tmp_path: Path) -> None:
     )
     cfg = parse_config(with_value("data", {"path": "d.csv", "target": "label"}), base_dir=tmp_path)
     assert list(load_data(cfg)[0].columns) == ["id", "a", "b", "note"]
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    [
+        ".tsv",
+        ".tsv.gz",
+        ".tsv.bz2",
+        ".tsv.xz",
+        ".tsv.zip",
+        pytest.param(".tsv.zst", marks=pytest.mark.skipif(not _has("zstandard"), reason="zstd")),
+    ],
+)
+def test_tsv_files_are_read_with_tabs_under_every_compression(tmp_path: Path, suffix: str) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": [1.5, 2.5], "b": [3, 4], "label": ["x", "y"]})
+    frame.to_csv(tmp_path / f"d{suffix}", sep="\t", index=False)
+    data = {"path": f"d{suffix}", "target": "label", "features": ["a", "b"]}
+    # Validation reads the header: with commas it would be one column, 'a\tb\tlabel'.
+    cfg = parse_config(with_value("data", data), base_dir=tmp_path)
+    X, y = load_data(cfg)
+    assert list(X.columns) == ["a", "b"] and X["a"].tolist() == [1.5, 2.5]
+    assert y.tolist() == ["x", "y"]
 
 
 # -- overrides ---------------------------------------------------------------------------------

@@ -93,12 +93,26 @@ _FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", 
 _COMPRESSIONS = (".gz", ".bz2", ".zip", ".xz", ".zst")
 
 
-def _infer_format(path: str) -> str | None:
+def _suffix(path: str) -> str:
+    """The format's suffix of ``path`` (lower case), under a compression's (``.tsv.bz2``)."""
     name = path.lower()
     for suffix in _COMPRESSIONS:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
-    return _FORMATS.get(os.path.splitext(name)[1])
+    return os.path.splitext(name)[1]
+
+
+def _infer_format(path: str) -> str | None:
+    return _FORMATS.get(_suffix(path))
+
+
+def _csv_kwargs(path: str, read_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``pandas.read_csv``'s arguments for ``path``: ``read_kwargs``, with a tab separator
+    for ``.tsv`` under any compression docs/config.md lists (unless ``sep`` is given)."""
+    kwargs = dict(read_kwargs)
+    if _suffix(path) == ".tsv":
+        kwargs.setdefault("sep", "\t")
+    return kwargs
 
 
 class DataSection(_Section):
@@ -287,10 +301,8 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 def _csv_columns(path: Path, read_kwargs: dict[str, Any], problems: _Problems) -> list[str] | None:
     import pandas as pd
 
-    kwargs = dict(read_kwargs)
+    kwargs = _csv_kwargs(path.name, read_kwargs)
     kwargs["nrows"] = 0
-    if path.name.lower().endswith((".tsv", ".tsv.gz")):
-        kwargs.setdefault("sep", "\t")
     try:
         return [str(c) for c in pd.read_csv(path, **kwargs).columns]
     except Exception as exc:

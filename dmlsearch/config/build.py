@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidParameterError
 from ._common import ConfigError, Problem, _known, _Problems, _suggest
-from ._data_model import DataSection, ModelSection, _build_model, _infer_format, _sklearn_datasets
+from ._data_model import (
+    DataSection,
+    ModelSection,
+    _build_model,
+    _csv_kwargs,
+    _infer_format,
+    _sklearn_datasets,
+)
 from ._imports import _build_spec, _import
 from ._load import _format_path
 from ._train import TrainSection
@@ -132,14 +139,11 @@ def _read_table(data: DataSection) -> tuple[Any, Any]:
 
     assert data.path is not None and data.target is not None
     fmt = data.format or _infer_format(data.path)
-    kwargs = dict(data.read_kwargs)
     try:
         if fmt == "parquet":
-            frame = pd.read_parquet(data.path, **kwargs)
+            frame = pd.read_parquet(data.path, **data.read_kwargs)
         else:
-            if data.path.lower().endswith((".tsv", ".tsv.gz")):
-                kwargs.setdefault("sep", "\t")
-            frame = pd.read_csv(data.path, **kwargs)
+            frame = pd.read_csv(data.path, **_csv_kwargs(data.path, data.read_kwargs))
     except FileNotFoundError:
         raise ConfigError([Problem("data.path", f"no such file: {data.path}")]) from None
     except ImportError as exc:
