@@ -3,27 +3,33 @@ creating, deleting experiments, model summaries, and wrong argument types."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from fsspec.implementations.local import LocalFileSystem
 from sklearn.linear_model import LogisticRegression
 
-from dmlsearch import InvalidParameterError, Registry
+from dmlsearch import Float, InvalidParameterError, Registry, SearchCV
 from dmlsearch.registry import (
     ArtifactIntegrityError,
+    ArtifactLocationError,
     ArtifactStore,
     NotFoundError,
     RegistryError,
     SQLStore,
     TrialRecord,
 )
+from dmlsearch.registry.artifacts import ArtifactWriteError
 from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
 
 PG = os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)
@@ -277,6 +283,134 @@ def test_a_temporary_file_a_gc_takes_mid_write_is_written_again(tmp_path, monkey
     _, digest = store.put(b"a model's bytes")
     assert len(taken) == 1 and ".tmp-" in taken[0]
     assert store.get(digest) == b"a model's bytes"
+
+
+# -- artifact stores that cannot be written ------------------------------------------------
+
+
+@contextmanager
+def _unwritable(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``folder`` (created) made unwritable for this process: by chmod, or for root, whom
+    chmod does not stop, by the immutable attribute; where root may not set it either (a
+    container without CAP_LINUX_IMMUTABLE), writes under it fail as on a read-only mount."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o555)
+    immutable = False
+    if os.access(folder, os.W_OK):
+        try:
+            done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+            immutable = done.returncode == 0
+        except OSError:  # no chattr
+            pass
+        if not immutable:
+            _read_only_mount(folder, monkeypatch)
+    try:
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+def _read_only_mount(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a read-only file system does under ``folder``: access() says no, writes EROFS."""
+
+    def under(path: Any) -> bool:
+        return str(path).startswith(str(folder))
+
+    def refuse(path: Any) -> OSError:
+        return OSError(errno.EROFS, "Read-only file system", str(path))
+
+    access, makedirs, open_ = os.access, LocalFileSystem.makedirs, LocalFileSystem._open
+
+    def no_access(path: Any, mode: int, **kwargs: Any) -> bool:
+        return False if under(path) and mode & os.W_OK else access(path, mode, **kwargs)
+
+    def no_makedirs(self: Any, path: str, exist_ok: bool = False) -> None:
+        if under(path) and not os.path.isdir(path):
+            raise refuse(path)
+        makedirs(self, path, exist_ok=exist_ok)
+
+    def no_write(self: Any, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        if under(path) and set(mode) & set("wax+"):
+            raise refuse(path)
+        return open_(self, path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", no_access)
+    monkeypatch.setattr(LocalFileSystem, "makedirs", no_makedirs)
+    monkeypatch.setattr(LocalFileSystem, "_open", no_write)
+
+
+def test_a_store_that_cannot_be_written_is_a_registry_error(url, tmp_path, monkeypatch):
+    """Probe p11: registering into an unwritable artifact folder raised a raw PermissionError."""
+    store = tmp_path / "store"
+    with Registry(url, str(store)) as reg, _unwritable(store, monkeypatch):
+        with pytest.raises(ArtifactWriteError) as info:
+            reg.register_model("m", WEIGHTS, allow_pickle=True)
+        message = str(info.value)
+        assert isinstance(info.value, RegistryError) and "\n" not in message
+        assert f"the artifact store {store} cannot be written ({store}/" in message
+        assert "make it writable" in message and "artifacts=ANOTHER_LOCATION" in message
+        assert reg.models() == []  # nothing registered
+
+
+def test_a_full_disk_is_a_registry_error_naming_the_store(tmp_path, monkeypatch):
+    store = ArtifactStore(str(tmp_path / "store"), namespace="r")
+    open_ = LocalFileSystem._open
+
+    def full(self: Any, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return open_(self, path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "_open", full)
+    with pytest.raises(ArtifactWriteError, match=r"No space left on device\); make it writable"):
+        store.put(b"a model's bytes")
+    monkeypatch.undo()
+    assert store.blobs() == []  # no partial blob, no temporary file
+
+
+def test_a_registry_does_not_record_an_artifact_folder_it_cannot_write(url, tmp_path, monkeypatch):
+    """Probe p11: an unwritable folder was recorded as the registry's artifact store."""
+    ro = tmp_path / "ro"
+    with _unwritable(ro, monkeypatch):
+        for location in (ro, ro / "sub"):
+            with pytest.raises(ArtifactLocationError, match="cannot write") as info:
+                Registry(url, str(location))
+            assert info.value.param == "artifacts" and str(ro) in str(info.value)
+    with Registry(url, str(tmp_path / "ok")) as reg:  # nothing was recorded
+        assert reg.recorded_artifacts == str(tmp_path / "ok")
+    with (
+        pytest.warns(UserWarning, match="pass artifacts='.*elsewhere' on every open"),
+        Registry(url, str(tmp_path / "elsewhere")),
+    ):
+        pass
+
+
+@pytest.mark.cluster
+def test_a_search_whose_store_cannot_be_written_warns_and_completes(
+    url, tmp_path, client, models, monkeypatch
+):
+    """Probe p12: fit raised PermissionError after every trial, the experiment "failed"."""
+    X, _ = models
+    y = (X[:, 0] > 0).astype(int)
+    store = tmp_path / "store"
+    with Registry(url, str(store)) as reg, _unwritable(store, monkeypatch):
+        search = SearchCV(
+            LogisticRegression(),
+            {"C": Float(0.1, 1.0)},
+            n_trials=2,
+            cv=2,
+            client=client,
+            registry=reg,
+            experiment_name="ro",
+            progress=False,
+        )
+        with pytest.warns(UserWarning, match="not registered: cannot store the model"):
+            search.fit(X, y)
+        assert getattr(search, "model_version_", None) is None
+        assert reg.experiment("ro").status == "complete"
+        assert reg.models() == []
 
 
 # -- older registries ---------------------------------------------------------------------

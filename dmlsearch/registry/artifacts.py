@@ -30,6 +30,7 @@ __all__ = [
     "ArtifactIntegrityError",
     "ArtifactLocationError",
     "ArtifactStore",
+    "ArtifactWriteError",
     "Blob",
     "default_artifacts_url",
 ]
@@ -49,6 +50,11 @@ class ArtifactIntegrityError(DmlsearchError):
 
 class ArtifactLocationError(RegistryError, InvalidParameterError):
     """An artifact store location that cannot work (``param`` is ``"artifacts"``)."""
+
+
+class ArtifactWriteError(RegistryError):
+    """The artifact store cannot be written: no permission, a full disk, a read-only file
+    system. Nothing was registered; the message names the location and what to do."""
 
 
 def default_artifacts_url() -> str:
@@ -124,6 +130,23 @@ class ArtifactStore:
         if self.protocol in ("file", "local"):
             self._check_folder()
 
+    def check_writable(self) -> None:
+        """Refuse a local root this process cannot create or write (a registry checks this
+        before recording it). Remote stores are not contacted: they fail on first write."""
+        if self.protocol not in ("file", "local"):
+            return
+        path = self.root
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        # access() sees what chmod does not stop root from: read-only mounts, chattr +i.
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ArtifactLocationError(
+                "artifacts",
+                f"cannot use {self.url!r} as an artifact store: this account cannot write "
+                f"{path}; give a folder it can write (created if missing) or make that one "
+                "writable",
+            )
+
     def _check_folder(self) -> None:
         """Refuse a local root that is a file, or lies under one (checked before any write)."""
         path = self.root
@@ -177,8 +200,22 @@ class ArtifactStore:
         # Refresh first, then check: a blob a gc deleted in between is found missing and
         # written again, never committed as whatever the refresh left.
         if not (self._refresh(path) and self._intact(path, len(data), digest)):
-            self._write(path, data)
+            try:
+                self._write(path, data)
+            except OSError as exc:
+                raise self._write_error(exc, "store the model") from exc
         return self.uri(digest), digest
+
+    def _write_error(self, exc: OSError, doing: str) -> ArtifactWriteError:
+        """What a failed write or delete says: where, why, and what to do."""
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        where = self.show(exc.filename) if isinstance(exc.filename, str) else self.url
+        return ArtifactWriteError(
+            f"cannot {doing}: the artifact store {self.url} cannot be written ({where}: "
+            f"{reason}); make it writable (permissions, free space, a read-write mount), or "
+            "open the registry with artifacts=ANOTHER_LOCATION (registry.artifacts in an "
+            "experiment file) to use another store for that session"
+        )
 
     def _intact(self, path: str, size: int, digest: str) -> bool:
         """Whether ``path`` holds ``size`` bytes hashing to ``digest``.
@@ -332,6 +369,14 @@ class ArtifactStore:
         put back, the rest deleted. A registration committing after that last read finds
         its blob gone when it checks after committing, and writes it again.
         """
+        try:
+            return self._collect(references, grace_seconds, dry_run)
+        except OSError as exc:
+            raise self._write_error(exc, "delete unreferenced blobs") from exc
+
+    def _collect(
+        self, references: Callable[[], set[str]], grace_seconds: float, dry_run: bool
+    ) -> list[str]:
         listed = self.blobs()
         referenced = references()
         moved: list[tuple[str, str, str]] = []  # (path, digest, where it was moved aside)
@@ -391,5 +436,7 @@ class ArtifactStore:
     def delete(self, digest: str) -> None:
         """Delete ``digest`` from this namespace (never from the old shared layout)."""
         path = self._path(digest)
-        if self.fs.exists(path):
-            self.fs.rm(path)
+        try:
+            self._remove(path)
+        except OSError as exc:
+            raise self._write_error(exc, f"delete artifact {digest}") from exc

@@ -149,7 +149,8 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                     f"this registry does not record its artifact store (it predates that); "
                     f"this session uses {location}; {moved}"
                 )
-            ArtifactStore(location)  # refuse a location that cannot work before recording it
+            # Refuse a location that cannot work (or be written) before recording it.
+            ArtifactStore(location).check_writable()
             stored = self.store.setdefault_meta("artifacts", _stored_form(location, folder))
         recorded = _normalize(stored, folder)
         self.recorded_artifacts = recorded
@@ -157,7 +158,10 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             chosen = _normalize(explicit)
             warnings.warn(
                 f"artifacts={explicit!r} differs from the artifact store that the registry at "
-                f"{self._where} records ({recorded}); using {chosen} for this session only",
+                f"{self._where} records ({recorded}); using {chosen} for this session only: "
+                "the recorded location never changes, and a session opened without "
+                f"artifacts= looks in {recorded}, so pass artifacts={chosen!r} on every open "
+                "that should use this store",
                 UserWarning,
                 stacklevel=3,
             )
