@@ -413,6 +413,44 @@ def test_a_search_whose_store_cannot_be_written_warns_and_completes(
         assert reg.models() == []
 
 
+# -- locations other processes would not find ------------------------------------------------
+
+
+def test_memory_store_is_refused_for_a_registry_other_processes_open(url, tmp_path):
+    """Probe p11: memory:// was recorded as a PostgreSQL registry's artifact store; every
+    other process found none of its models."""
+    with pytest.raises(ArtifactLocationError, match="exists in this process only") as info:
+        Registry(url, "memory://team-store")
+    assert info.value.param == "artifacts" and "sqlite://" in str(info.value)
+    with Registry(url, str(tmp_path / "store")) as reg:  # nothing was recorded
+        assert reg.recorded_artifacts == str(tmp_path / "store")
+    with pytest.raises(ArtifactLocationError, match="exists in this process only"):
+        Registry(url, "memory://for-this-session")
+    # Recorded by a version that did not check it: the message says how to open it anyway.
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE registry_info SET value = 'memory://team-store' WHERE key = 'artifacts'"
+                )
+            )
+    finally:
+        engine.dispose()
+    with pytest.raises(RegistryError, match="records it; open it with artifacts="):
+        Registry(url, create=False)
+    with pytest.warns(UserWarning), Registry(url, str(tmp_path / "store"), create=False) as reg:
+        assert reg.artifacts.protocol == "file"
+
+
+def test_memory_store_works_with_an_in_memory_registry():
+    with Registry("sqlite://", "memory://dmlsearch-test-store") as reg:
+        reg.register_model("m", WEIGHTS, allow_pickle=True)
+        assert reg.load_model("m", allow_pickle=True) == WEIGHTS
+        assert reg.verify_errors() == {}
+        reg.artifacts.fs.rm(reg.artifacts.root, recursive=True)  # memory:// is per process
+
+
 # -- older registries ---------------------------------------------------------------------
 
 

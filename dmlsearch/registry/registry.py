@@ -15,6 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import fsspec
+
 from ..exceptions import InvalidParameterError
 from ._base import RegistryError, RegistryStore
 from ._checks import check_bool, check_text
@@ -22,7 +24,7 @@ from ._registry_models import ENSEMBLE_FORMAT as ENSEMBLE_FORMAT
 from ._registry_models import _RegistryModels
 from ._registry_runs import _RegistryRuns
 from ._registry_upkeep import _RegistryUpkeep
-from .artifacts import ArtifactStore
+from .artifacts import ArtifactLocationError, ArtifactStore
 from .sql import SQLStore, default_registry_url, sqlite_path
 
 __all__ = ["ENSEMBLE_FORMAT", "Registry", "as_registry"]
@@ -110,6 +112,7 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             location, hint = self._artifacts_location(artifacts, create)
             try:
                 self.artifacts = ArtifactStore(location, namespace=registry_id)
+                self._check_shared(location)
             except RegistryError as exc:
                 if location != self.recorded_artifacts:
                     raise
@@ -122,6 +125,24 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             store.close()
             raise
         self.artifacts.hint = hint
+
+    def _check_shared(self, location: str) -> None:
+        """Refuse an in-process store (``memory://``) for a registry other processes open:
+        its versions would name blobs no other process can read."""
+        protocol = fsspec.core.split_protocol(location)[0]
+        if protocol != "memory" or not isinstance(self.store, SQLStore):
+            return
+        url = self.store.url
+        if url.get_backend_name() == "sqlite" and sqlite_path(url) is None:
+            return  # an in-memory registry lives in this process too
+        raise ArtifactLocationError(
+            "artifacts",
+            f"cannot use {location!r} as the artifact store of the registry at "
+            f"{self._where}: a memory:// store exists in this process only, so other "
+            "processes opening the registry would find none of its models; give a folder or "
+            "a shared store (s3://bucket/models), or use memory:// with an in-memory "
+            "registry (sqlite://)",
+        )
 
     def _sqlite_folder(self) -> Path | None:
         """The folder of a SQLite database file (None for other stores)."""
@@ -150,12 +171,14 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                     f"this session uses {location}; {moved}"
                 )
             # Refuse a location that cannot work (or be written) before recording it.
+            self._check_shared(location)
             ArtifactStore(location).check_writable()
             stored = self.store.setdefault_meta("artifacts", _stored_form(location, folder))
         recorded = _normalize(stored, folder)
         self.recorded_artifacts = recorded
         if explicit is not None and _normalize(explicit) != recorded:
             chosen = _normalize(explicit)
+            self._check_shared(chosen)
             warnings.warn(
                 f"artifacts={explicit!r} differs from the artifact store that the registry at "
                 f"{self._where} records ({recorded}); using {chosen} for this session only: "
