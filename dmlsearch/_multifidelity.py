@@ -27,7 +27,14 @@ from ._rung_store import StateStore, state_store_for
 from ._rungs import RungContext, RungResult, drop_states
 from ._schedule_plan import SchedulePlan, bind_scheduler, plan_schedule
 from ._scoring import scorer_takes_weight
-from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
+from ._search_support import (
+    PhaseClock,
+    check_failures,
+    ending,
+    page_told,
+    resolve_seed,
+    strategy_name,
+)
 from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError
 from .fidelity import train
@@ -155,20 +162,20 @@ def _run_steps(
     restored: list[RungResult],
     progress: Any,
     budget_ends: float | None,
-    experiment: str,
+    reporter: Any,
 ) -> None:
     """Every rung step through the runner's loop; every state of the run dropped after.
 
     ``restored``: the steps an earlier run recorded (resume); the scheduler's history
-    starts from them, so none of them runs again.
+    starts from them, so none of them runs again. ``reporter``: the page's (or None),
+    told of each step; the search tells it how the fit ended.
     """
     from .runner import WorkLoop
     from .runner.rungs import RungKind, RungSource
     from .runner.units import UnitPolicy
 
     run = setup.context.run
-    name = f"{strategy_name(search.strategy)} + {setup.scheduler.name}"
-    reporter = _reporter(search, client, setup, experiment, name)
+    name = _run_name(search, setup)
     source = RungSource(
         setup.scheduler,
         setup.strategy,
@@ -218,7 +225,6 @@ def _run_steps(
         no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
         on_tick=tick,
     )
-    status = "failed"
     try:
         if search.workers_per_trial > 1:
             search.runner_stats_ = _run_gang_steps(
@@ -226,16 +232,14 @@ def _run_steps(
             )
         else:
             search.runner_stats_ = loop.run()
-        status = "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
     finally:
         _release(client, run, None)
         _delete_copies(setup.context.store, None)
-        if reporter is not None:
-            reporter.experiment_finished(status)
     source.finish()
+
+
+def _run_name(search: SearchCV, setup: _Setup) -> str:
+    return f"{strategy_name(search.strategy)} + {setup.scheduler.name}"
 
 
 def _run_gang_steps(
@@ -341,39 +345,38 @@ def fit_multifidelity(
                 setup.plan.resource,
             )
             clock.lap("setup")
-            _run_steps(
-                search,
-                client,
-                setup,
-                rows,
-                fit_params,
-                restored=restored,
-                progress=progress,
-                budget_ends=budget_ends,
-                experiment=name,
-            )
-            clock.lap("search")
+            reporter = _reporter(search, client, setup, name, _run_name(search, setup))
+            # The page's status is the fit's: it ends after the refit and the registration
+            # (the cluster is still up).
+            with page_told(reporter):
+                _run_steps(
+                    search,
+                    client,
+                    setup,
+                    rows,
+                    fit_params,
+                    restored=restored,
+                    progress=progress,
+                    budget_ends=budget_ends,
+                    reporter=reporter,
+                )
+                clock.lap("search")
+                _finish(search, rows, setup)
+                search.seed_ = setup.seed
+                if search.refit:
+                    _refit(search, setup.plan.resource, setup.X, setup.y, fit_params)
+                    clock.lap("refit")
+                if recorder is not None:
+                    search._register_best(recorder, setup.X)
+                    clock.lap("register")
+            if recorder is not None:
+                recorder.close("complete")
     except BaseException as exc:
         if recorder is not None:
-            recorder.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            recorder.close(ending(exc))
         elif registry is not None and registry is not search.registry:
             registry.close()
         raise
-    try:
-        _finish(search, rows, setup)
-        search.seed_ = setup.seed
-        if search.refit:
-            _refit(search, setup.plan.resource, setup.X, setup.y, fit_params)
-            clock.lap("refit")
-        if recorder is not None:
-            search._register_best(recorder, setup.X)
-            clock.lap("register")
-    except BaseException:
-        if recorder is not None:
-            recorder.close("failed")
-        raise
-    if recorder is not None:
-        recorder.close("complete")
     search.phase_times_ = clock.laps
     progress.message(clock.summary())
     return search

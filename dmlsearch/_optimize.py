@@ -25,7 +25,7 @@ from ._experiment import open_experiment
 from ._objective import PRUNED, ObjectiveKind, ObjectiveOutcome, ObjectiveSpec, Trial
 from ._objective_source import ObjectiveSource, as_trial_outcome, record_curve
 from ._pruners import PRUNERS, Pruner, make_pruner
-from ._search_support import resolve_seed
+from ._search_support import resolve_seed, strategy_name
 from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 from .registry._checks import check_new_name
@@ -347,9 +347,13 @@ def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
         restored = restore_trials(
             records, strategy, setup.space, setup.sign, recorder, previous_status
         )
+    strategy_label = strategy_name(setup.strategy)
+    if setup.pruner is not None:
+        strategy_label += f" + {setup.pruner.name}"
     meta = {
-        "objective": repr(setup.objective), "total": setup.n_trials,
-        "scheduler": repr(setup.pruner), "resume": setup.resume,
+        "kind": "optimize",  # the page names its value "value" (no cross-validation)
+        "objective": objective_qualname(setup.objective), "total": setup.n_trials,
+        "strategy": strategy_label, "scheduler": repr(setup.pruner), "resume": setup.resume,
         "direction": setup.direction,  # the page's "best" is the least for "minimize"
     }  # fmt: skip
     watcher = reporter(dask_client, setup.name, meta, setup.dashboard)

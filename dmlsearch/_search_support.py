@@ -6,7 +6,8 @@ from __future__ import annotations
 import numbers
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,14 @@ from sklearn.exceptions import FitFailedWarning
 from ._evaluate import TrialOutcome
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 
-__all__ = ["PhaseClock", "check_failures", "resolve_seed", "strategy_name"]
+__all__ = [
+    "PhaseClock",
+    "check_failures",
+    "ending",
+    "page_told",
+    "resolve_seed",
+    "strategy_name",
+]
 
 
 def resolve_seed(random_state: Any) -> int:
@@ -81,3 +89,21 @@ class PhaseClock:
 def strategy_name(strategy: Any) -> str:
     """A strategy as the logs and the dashboard name it."""
     return strategy if isinstance(strategy, str) else type(strategy).__name__
+
+
+def ending(exc: BaseException) -> str:
+    """The status a fit that raised ``exc`` ends with (``interrupted`` can be resumed)."""
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+
+
+@contextmanager
+def page_told(reporter: Any) -> Iterator[None]:
+    """Tell the ``/dmlsearch`` page (``reporter``; None: no page) how the block ended."""
+    try:
+        yield
+    except BaseException as exc:
+        if reporter is not None:
+            reporter.experiment_finished(ending(exc))
+        raise
+    if reporter is not None:
+        reporter.experiment_finished("complete")

@@ -12,8 +12,7 @@ import numbers
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +29,14 @@ from ._recording import SearchRecorder, data_fingerprint, input_signature, outco
 from ._results import build_cv_results
 from ._scoring import Scoring, scorer_takes_weight
 from ._search_checks import check_early_stopping, validate_search
-from ._search_support import PhaseClock, check_failures, resolve_seed, strategy_name
+from ._search_support import (
+    PhaseClock,
+    check_failures,
+    ending,
+    page_told,
+    resolve_seed,
+    strategy_name,
+)
 from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
@@ -352,33 +358,33 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 runner = self._make_runner(client, clock.start, progress, reporter)
                 clock.lap("setup")
                 on_tick = recorder.tick if recorder is not None else None
-                with _page_told(reporter):
+                # The page's status is the fit's: an all-failed search, a refit or a
+                # registration that fails ends it failed (the cluster is still up).
+                with page_told(reporter):
                     runner.run(
                         strategy, data, context, seed, on_outcome, skip=skip, on_tick=on_tick
                     )
-                self.runner_stats_ = runner.stats
-                # The rows and classes the out-of-fold predictions hold (EnsembleSelection
-                # checks its data against them).
-                self._oof_sink = context.oof
-                clock.lap("search")
+                    self.runner_stats_ = runner.stats
+                    # The rows and classes the out-of-fold predictions hold
+                    # (EnsembleSelection checks its data against them).
+                    self._oof_sink = context.oof
+                    clock.lap("search")
+                    self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
+                    self.seed_ = seed
+                    if self.refit:
+                        self._refit(X, y, fit_params)
+                        clock.lap("refit")
+                    if recorder is not None:
+                        self._register_best(recorder, X)
+                        clock.lap("register")
+                if recorder is not None:
+                    recorder.close("complete")
         except BaseException as exc:
             if recorder is not None:
-                recorder.close(_ending(exc))
+                recorder.close(ending(exc))
             elif registry is not None and registry is not self.registry:
                 registry.close()
             raise
-        with _closed_on_failure(recorder):
-            self._finish(outcomes, scoring, refit_metric, n_splits, strategy)
-        self.seed_ = seed
-        if self.refit:
-            with _closed_on_failure(recorder):
-                self._refit(X, y, fit_params)
-            clock.lap("refit")
-        if recorder is not None:
-            with _closed_on_failure(recorder):
-                self._register_best(recorder, X)
-            clock.lap("register")
-            recorder.close("complete")
         self.phase_times_ = clock.laps
         summary = clock.summary()
         logger.info("dmlsearch: %s", summary)
@@ -760,32 +766,3 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def inverse_transform(self, X: Any) -> Any:
         self._check_refit("inverse_transform")
         return self.best_estimator_.inverse_transform(X)
-
-
-def _ending(exc: BaseException) -> str:
-    """The status a search that raised ``exc`` ends with."""
-    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-
-
-@contextmanager
-def _page_told(reporter: Any) -> Iterator[None]:
-    """Tell the ``/dmlsearch`` page (if any) how the search ended."""
-    try:
-        yield
-    except BaseException as exc:
-        if reporter is not None:
-            reporter.experiment_finished(_ending(exc))
-        raise
-    if reporter is not None:
-        reporter.experiment_finished("complete")
-
-
-@contextmanager
-def _closed_on_failure(recorder: SearchRecorder | None) -> Iterator[None]:
-    """Close the experiment as failed if the block raises (after the search ran)."""
-    try:
-        yield
-    except BaseException:
-        if recorder is not None:
-            recorder.close("failed")
-        raise

@@ -36,6 +36,7 @@ from dmlsearch.dashboard.state import (
     MAX_RUNGS,
     MAX_WORKERS,
 )
+from dmlsearch.exceptions import AllTrialsFailedError
 from dmlsearch.testing import FailingClassifier
 
 
@@ -155,6 +156,44 @@ def test_a_minimized_objective_shows_its_least_values_as_best():
     assert snap["rungs"][0]["best"] == 0.2
 
 
+def test_a_multi_fidelity_searchs_steps_rank_by_resource_first_as_best_index_does():
+    # A trial stopped at a low rung with a lucky score is not the search's best.
+    state = DashboardState()
+    state.apply({"kind": "experiment", "experiment": "mf", "meta": {"total": None}})
+    steps = [(0, 1, 0.90), (1, 1, 0.60), (2, 1, 0.70), (1, 3, 0.80), (2, 3, 0.75), (1, 9, 0.82)]
+    rows = [[*_ended(trial, value), None, resource] for trial, resource, value in steps]
+    state.apply({"kind": "ended", "experiment": "mf", "trials": rows})
+    snap = state.snapshot()["experiments"][0]
+    assert snap["best"] == 0.82
+    board = [(r["number"], r["resource"], r["value"]) for r in snap["leaderboard"]]
+    ranked = [(1, 9, 0.82), (1, 3, 0.80), (2, 3, 0.75), (0, 1, 0.90), (2, 1, 0.70), (1, 1, 0.60)]
+    assert board == ranked[:LEADERBOARD]
+    assert [v for _, v in snap["history"]] == [0.90, 0.80, 0.82]
+    # A driver of the first release sends no resource: rows rank by value alone.
+    state.apply({"kind": "experiment", "experiment": "old", "meta": {}})
+    state.apply({"kind": "ended", "experiment": "old", "trials": [_ended(0, 0.3), _ended(1, 0.9)]})
+    old = state.snapshot()["experiments"][0]  # newest first
+    assert old["best"] == 0.9 and old["leaderboard"][0]["resource"] is None
+
+
+def test_the_reporter_sends_non_finite_parameters_as_text_and_a_steps_resource():
+    client = _RPCClient()
+    reporter = DashboardReporter(client, interval=3600)
+    assert reporter.register()
+    reporter.experiment_started("e", {})
+    params = {"gamma": float("inf"), "tol": np.float64("nan"), "w": None, "C": 1.0}
+    reporter.units_submitted([(0, params)])
+    reporter.unit_finished(0, "complete", 0.5, "tcp://w:1", 1.0, resource=27)
+    reporter.experiment_finished("complete")
+    state = DashboardState()
+    for msg in client.sent:
+        state.apply(msg)
+    (row,) = state.snapshot()["experiments"][0]["finished"]
+    # JSON carries nan and inf as null, shown "-" as if unset: as text they keep apart.
+    assert row["params"] == {"gamma": "inf", "tol": "nan", "w": None, "C": 1.0}
+    assert row["resource"] == 27
+
+
 def test_rung_view_is_bounded():
     state = DashboardState()
     steps = [[t, 0, 1 + t, 1, 0] for t in range(MAX_RUNGS + 10)]
@@ -189,7 +228,8 @@ def test_state_is_bounded_and_keeps_experiments_apart():
 def test_state_keeps_errors_and_ignores_fields_it_does_not_know():
     state = DashboardState()
     state.apply({"kind": "submitted", "experiment": "a", "trials": [[0, {"C": 1.0}]]})
-    row = [0, "failed", None, "w", 0.1, None, "ValueError: bad C", {"rung": 3}]
+    # Field 8 is the resource: a malformed one shows as none; fields after it are ignored.
+    row = [0, "failed", None, "w", 0.1, None, "ValueError: bad C", {"rung": 3}, "later"]
     state.apply({"kind": "ended", "experiment": "a", "trials": [row]})
     finished = state.snapshot()["experiments"][0]["finished"]
     assert finished == [
@@ -201,6 +241,7 @@ def test_state_keeps_errors_and_ignores_fields_it_does_not_know():
             "duration": 0.1,
             "params": {"C": 1.0},
             "error": "ValueError: bad C",
+            "resource": None,
         }
     ]
 
@@ -552,6 +593,34 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
         )
     best = re.search(rf'dmlsearch_best_score\{{experiment="{names[0]}",[^}}]*\}} (\S+)', metrics)
     assert best is not None and float(best.group(1)) == pytest.approx(lr.best_score_)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("scheduler", [None, "asha"])
+def test_a_search_whose_every_trial_failed_ends_failed_on_the_page(
+    cluster, client, data, scheduler
+):
+    # The page's status is the fit's, which raises after the trials ran (and would after
+    # a failed refit or registration), not the trial loop's.
+    X, y = data
+    base = cluster.dashboard_link.rsplit("/", 1)[0]
+    name = f"all-failed-{uuid.uuid4().hex[:6]}"
+    extra: dict[str, Any] = {}
+    if scheduler is not None:
+        extra = {"scheduler": scheduler, "resource": "n_samples", "max_resource": 30}
+    with pytest.raises(AllTrialsFailedError):
+        SearchCV(
+            FailingClassifier(fail=True),
+            {"parameter": [1.0, 2.0, 3.0]},
+            strategy="grid",
+            cv=2,
+            client=client,
+            experiment_name=name,
+            progress=False,
+            **extra,
+        ).fit(X, y)
+    shown = _wait_for(base, lambda v: v.get(name, {}).get("status") != "running")
+    assert shown[name]["status"] == "failed"
 
 
 @pytest.mark.cluster

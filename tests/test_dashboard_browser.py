@@ -84,7 +84,14 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
                 counts.append(rows.count())
                 running_counts.append(running.count())
                 page.wait_for_timeout(500)
-            page.wait_for_timeout(1200)  # the status event follows the last trials
+            # The status follows the last trials, the refit and the registration.
+            with contextlib.suppress(sync_api.TimeoutError):  # a wrong status: asserted below
+                page.wait_for_function(
+                    f"document.querySelector('{panel} .stats span')?.innerText"
+                    " !== 'status: running'",
+                    timeout=60_000,
+                )
+            _freeze(page)
             status = page.locator(f"{panel} .stats span").first.inner_text()
             curve = page.locator(f"{panel} svg path").count()
             ARTIFACTS.mkdir(exist_ok=True)
@@ -111,6 +118,14 @@ def test_page_shows_trial_rows_growing_while_a_search_runs(cluster, client):
     assert shot.stat().st_size > 10_000
     assert dask_link == "/status"  # back to the dashboard, beside the page
     assert console_errors == []
+
+
+def _freeze(page: Any) -> None:
+    """Stop the page's updates: each poll replaces the panels, and an element read or
+    photographed across a replacement is detached (seen on a loaded machine)."""
+    # The page's script is classic: poll() looks render up globally at each call, and the
+    # browser runs this between two of them.
+    page.evaluate("window.render = () => {}")
 
 
 @contextlib.contextmanager
@@ -154,6 +169,7 @@ def test_page_shows_the_rungs_of_a_multi_fidelity_search(cluster, client):
     with _page(cluster, console_errors) as page:
         panel = page.locator(f'section[data-experiment="{name}"]')
         panel.locator("table.rung-counts").wait_for()
+        _freeze(page)
         rows = [
             [cell.inner_text() for cell in row.locator("td").all()]
             for row in panel.locator("table.rung-counts tbody tr").all()
@@ -197,6 +213,7 @@ def test_page_shows_a_training_job(cluster, client):
             f"document.querySelector('section[data-experiment=\"{name}\"] .training-stats')"
             ".innerText.includes('status: complete')"
         )
+        _freeze(page)
         ranks = [
             [cell.inner_text() for cell in row.locator("td").all()]
             for row in panel.locator("table.training-ranks tbody tr").all()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import numbers
 import threading
 import time
@@ -67,8 +68,15 @@ def _plain(value: Any) -> Any:
     return _text(repr(value), 80)
 
 
+def _param(value: Any) -> Any:
+    plain = _plain(value)
+    # A parameter is a label, not a figure: JSON would carry nan and inf as null ("-",
+    # as if unset), so they go as the text Python prints.
+    return str(plain) if isinstance(plain, float) and not math.isfinite(plain) else plain
+
+
 def _params(params: dict[str, Any]) -> dict[str, Any]:
-    return {str(k): _plain(v) for k, v in params.items()}
+    return {str(k): _param(v) for k, v in params.items()}
 
 
 def _error_summary(error: str) -> str:
@@ -176,23 +184,23 @@ class DashboardReporter(RunObserver):
         worker: Any,
         duration: Any,
         error: str | None = None,
+        resource: int | None = None,
     ) -> None:
-        """A unit ended; ``value`` is its score, if it has one."""
-        # [number, state, value, worker, duration, params (None: as submitted), error]
-        self._add(
-            "ended",
-            [
-                [
-                    int(number),
-                    str(state),
-                    _plain(value),
-                    _plain(worker),
-                    _plain(duration),
-                    None,
-                    None if error is None else _error_summary(error),
-                ]
-            ],
-        )
+        """A unit ended; ``value`` is its score, if it has one; ``resource``: the budget a
+        multi-fidelity search's step trained to (the page ranks steps by it first, as the
+        search's ``best_index_`` does)."""
+        # [number, state, value, worker, duration, params (None: as submitted), error,
+        #  resource]
+        row = [
+            int(number),
+            str(state),
+            _plain(value),
+            _plain(worker),
+            _plain(duration),
+            None,
+            None if error is None else _error_summary(error),
+        ]
+        self._add("ended", [row if resource is None else [*row, int(resource)]])
 
     def rungs_submitted(self, steps: list[tuple[int, int, int, int, int]]) -> None:
         """Rung steps sent: ``(trial, rung, resource, from_resource, bracket)`` each."""

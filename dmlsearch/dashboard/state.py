@@ -46,6 +46,10 @@ MAX_PROMOTIONS = 50
 MAX_EPOCHS = 1000
 
 
+def _resource(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -64,11 +68,13 @@ class ExperimentView:
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_FINISHED))
     states: Counter[str] = field(default_factory=Counter)
     per_worker: Counter[str] = field(default_factory=Counter)
-    # A min-heap of (sign * value, -number, row): the worst of the kept best is popped
-    # first (sign: -1 for a minimized objective, see ``sign``).
-    _board: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
+    # A min-heap of (resource, sign * value, -number, row): the worst of the kept best is
+    # popped first (sign: -1 for a minimized objective, see ``sign``; resource: the budget
+    # a multi-fidelity step trained to, 0 otherwise, ranked first as ``best_index_`` does).
+    _board: list[tuple[int, float, int, dict[str, Any]]] = field(default_factory=list)
     history: list[tuple[float, float]] = field(default_factory=list)
     best: float | None = None
+    _best_key: tuple[int, float] | None = None
     # A multi-fidelity search's rung view: counts per resource, the steps in flight by
     # (trial, resource), the latest promotions.
     rungs: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -206,12 +212,14 @@ class ExperimentView:
             self.running[int(number)] = {"number": int(number), "params": params, "since": now}
 
     def ended(self, trials: list[Any]) -> None:
-        # [number, state, value, worker, duration, params, error, ...]: fields a newer
-        # driver adds at the end are ignored; error came after the first release.
+        # [number, state, value, worker, duration, params, error, resource, ...]: fields a
+        # newer driver adds at the end are ignored; error and resource came after the
+        # first release.
         for number, state, value, worker, duration, params, *rest in trials:
             number = int(number)
             entry = self.running.pop(number, None)
             error = rest[0] if rest and isinstance(rest[0], str) else None
+            resource = _resource(rest[1]) if len(rest) > 1 else None
             row = {
                 "number": number,
                 "state": str(state),
@@ -220,6 +228,7 @@ class ExperimentView:
                 "duration": _number(duration),
                 "params": params if params is not None else (entry or {}).get("params", {}),
                 "error": error,
+                "resource": resource,
             }
             self.finished.append(row)
             self.states[row["state"]] += 1
@@ -231,19 +240,21 @@ class ExperimentView:
             if v is None:
                 continue
             # Signed so that the heap's smallest is the worst kept in either direction.
-            item = (self.sign * v, -number, row)
+            item = (resource or 0, self.sign * v, -number, row)
             if len(self._board) < LEADERBOARD:
                 heapq.heappush(self._board, item)
-            elif item[:2] > self._board[0][:2]:
+            elif item[:3] > self._board[0][:3]:
                 heapq.heapreplace(self._board, item)
-            if self.best is None or self.better(v, self.best):
+            if self._best_key is None or item[:2] > self._best_key:
+                self._best_key = item[:2]
                 self.best = v
                 if len(self.history) < MAX_HISTORY:
                     self.history.append((time.time() - self.started, v))
 
     @property
     def leaderboard(self) -> list[dict[str, Any]]:
-        return [row for _, _, row in sorted(self._board, key=lambda t: (-t[0], -t[1]))]
+        ranked = sorted(self._board, key=lambda t: (-t[0], -t[1], -t[2]))
+        return [row for *_, row in ranked]
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -308,7 +308,13 @@ class RungSource(UnitSource[RungSpec, RungResult]):
         self.on_result(result, retries)
         if self.observer is not None:
             self.observer.unit_finished(
-                trial, result.state, value, result.worker, result.duration, result.error
+                trial,
+                result.state,
+                value,
+                result.worker,
+                result.duration,
+                result.error,
+                resource=result.resource,
             )
             self.observer.rung_finished(trial, result.resource, result.state, value)
         if self.steps is not None:
