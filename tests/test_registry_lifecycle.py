@@ -416,6 +416,19 @@ def test_a_search_whose_store_cannot_be_written_warns_and_completes(
 # -- locations other processes would not find ------------------------------------------------
 
 
+def _record_artifacts(url: str, location: str) -> None:
+    """Record ``location`` as an older dmlsearch, which did not check it, could have."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE registry_info SET value = :v WHERE key = 'artifacts'"),
+                {"v": location},
+            )
+    finally:
+        engine.dispose()
+
+
 def test_memory_store_is_refused_for_a_registry_other_processes_open(url, tmp_path):
     """Probe p11: memory:// was recorded as a PostgreSQL registry's artifact store; every
     other process found none of its models."""
@@ -427,16 +440,7 @@ def test_memory_store_is_refused_for_a_registry_other_processes_open(url, tmp_pa
     with pytest.raises(ArtifactLocationError, match="exists in this process only"):
         Registry(url, "memory://for-this-session")
     # Recorded by a version that did not check it: the message says how to open it anyway.
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "UPDATE registry_info SET value = 'memory://team-store' WHERE key = 'artifacts'"
-                )
-            )
-    finally:
-        engine.dispose()
+    _record_artifacts(url, "memory://team-store")
     with pytest.raises(RegistryError, match="records it; open it with artifacts="):
         Registry(url, create=False)
     with pytest.warns(UserWarning), Registry(url, str(tmp_path / "store"), create=False) as reg:
@@ -449,6 +453,43 @@ def test_memory_store_works_with_an_in_memory_registry():
         assert reg.load_model("m", allow_pickle=True) == WEIGHTS
         assert reg.verify_errors() == {}
         reg.artifacts.fs.rm(reg.artifacts.root, recursive=True)  # memory:// is per process
+
+
+def test_file_urls_are_decoded_as_rfc_8089_says(url, tmp_path, monkeypatch):
+    """Probe p10: file:///tmp/a%20b wrote to a folder named a%20b (what Path.as_uri() gives
+    for "a b"), and file://relative_dir was recorded as given, failing from another folder."""
+    spaced = tmp_path / "a b"
+    with Registry(url, spaced.as_uri()) as reg:
+        assert reg.recorded_artifacts == str(spaced)
+        record = reg.register_model("m", WEIGHTS, allow_pickle=True)
+    assert Path(record.artifact_uri).is_relative_to(spaced)
+    assert not (tmp_path / "a%20b").exists()
+    monkeypatch.chdir(tmp_path.parent)
+    with Registry(url, create=False) as reader:
+        assert reader.load_model("m", allow_pickle=True) == WEIGHTS
+    # The same folder written otherwise is the same location: no "differs" warning.
+    for same in (f"file://localhost{spaced}", f"local://{spaced}", f"{spaced}/"):
+        with Registry(url, same, create=False) as reader:
+            assert reader.artifacts.root == str(spaced)
+    assert ArtifactStore(f"file://{tmp_path}/x%23y").root == str(tmp_path / "x#y")
+
+
+def test_a_file_url_naming_a_host_is_refused(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArtifactLocationError, match="three slashes") as info:
+        Registry(url, "file://relative_dir")
+    assert info.value.param == "artifacts" and "'relative_dir'" in str(info.value)
+    with Registry(url, "relative_dir") as reg:  # a plain relative path is made absolute
+        assert reg.recorded_artifacts == str(tmp_path / "relative_dir")
+    # Recorded by a version that took it as given: say how to open the registry anyway.
+    _record_artifacts(url, "file://relative_dir")
+    with pytest.raises(RegistryError, match="records it; open it with artifacts="):
+        Registry(url, create=False)
+    with (
+        pytest.warns(UserWarning, match="for this session only"),
+        Registry(url, "relative_dir", create=False) as reg,
+    ):
+        assert reg.artifacts.root == str(tmp_path / "relative_dir")
 
 
 # -- older registries ---------------------------------------------------------------------

@@ -16,6 +16,8 @@ import datetime
 import hashlib
 import os
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ __all__ = [
     "ArtifactWriteError",
     "Blob",
     "default_artifacts_url",
+    "local_path",
 ]
 
 _HEX = frozenset("0123456789abcdef")
@@ -60,6 +63,27 @@ class ArtifactWriteError(RegistryError):
 def default_artifacts_url() -> str:
     """``DMLSEARCH_ARTIFACTS`` or a folder ``dmlsearch-artifacts`` in the working directory."""
     return os.environ.get("DMLSEARCH_ARTIFACTS") or os.path.join(os.getcwd(), "dmlsearch-artifacts")
+
+
+def local_path(location: str) -> str | None:
+    """The local path a ``file:`` (or fsspec's ``local:``) URL names, decoded as RFC 8089
+    says (``file:///tmp/a%20b`` is ``/tmp/a b``); None for any other location.
+
+    A file URL's authority is a host: ``file://localhost/x`` is ``/x``, and one naming
+    another host (``file://models/x``, often meant as a relative path) is refused.
+    """
+    scheme, colon, _ = location.partition(":")
+    if not colon or scheme.lower() not in ("file", "local"):
+        return None
+    parts = urllib.parse.urlsplit(location)
+    if parts.netloc not in ("", "localhost"):
+        raise ArtifactLocationError(
+            "artifacts",
+            f"cannot use {location!r} as an artifact store: a file URL's first part after "
+            f"// is a host (RFC 8089), here {parts.netloc!r}; write file:///absolute/path "
+            "(three slashes), or a plain path (a relative one is made absolute)",
+        )
+    return urllib.request.url2pathname(parts.path) or "/"
 
 
 def _is_digest(name: str) -> bool:
@@ -113,6 +137,8 @@ class ArtifactStore:
         self, url: str | None = None, *, namespace: str | None = None, **storage_options: Any
     ) -> None:
         self.url = url or default_artifacts_url()
+        # fsspec would keep %-escapes and read file://name/x as a relative path.
+        self.url = local_path(self.url) or self.url
         self.namespace = namespace
         self.hint = ""
         try:

@@ -24,7 +24,7 @@ from ._registry_models import ENSEMBLE_FORMAT as ENSEMBLE_FORMAT
 from ._registry_models import _RegistryModels
 from ._registry_runs import _RegistryRuns
 from ._registry_upkeep import _RegistryUpkeep
-from .artifacts import ArtifactLocationError, ArtifactStore
+from .artifacts import ArtifactLocationError, ArtifactStore, local_path
 from .sql import SQLStore, default_registry_url, sqlite_path
 
 __all__ = ["ENSEMBLE_FORMAT", "Registry", "as_registry"]
@@ -37,10 +37,12 @@ def _is_url(location: str) -> bool:
 
 
 def _normalize(location: str, base: Path | None = None) -> str:
-    """A location as compared and used: URLs as given, local paths absolute."""
-    if _is_url(location):
+    """A location as compared and used: URLs as given, local paths (file URLs decoded)
+    absolute."""
+    local = local_path(location)
+    if local is None and _is_url(location):
         return location.rstrip("/")
-    path = Path(location).expanduser()
+    path = Path(local or location).expanduser()
     if not path.is_absolute():
         path = (base or Path.cwd()) / path
     return os.path.normpath(path)
@@ -116,15 +118,19 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             except RegistryError as exc:
                 if location != self.recorded_artifacts:
                     raise
-                # Recorded by a version that did not check it: say how to open it anyway.
-                raise RegistryError(
-                    f"{exc} (the registry at {self._where} records it; open it with "
-                    "artifacts=LOCATION to use another)"
-                ) from None
+                raise self._recorded_error(exc) from None
         except BaseException:
             store.close()
             raise
         self.artifacts.hint = hint
+
+    def _recorded_error(self, exc: RegistryError) -> RegistryError:
+        """``exc`` about the recorded location (by a version that did not check it), with
+        how to open the registry anyway."""
+        return RegistryError(
+            f"{exc} (the registry at {self._where} records it; open it with "
+            "artifacts=LOCATION to use another)"
+        )
 
     def _check_shared(self, location: str) -> None:
         """Refuse an in-process store (``memory://``) for a registry other processes open:
@@ -174,7 +180,12 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             self._check_shared(location)
             ArtifactStore(location).check_writable()
             stored = self.store.setdefault_meta("artifacts", _stored_form(location, folder))
-        recorded = _normalize(stored, folder)
+        try:
+            recorded = _normalize(stored, folder)
+        except RegistryError as exc:
+            if explicit is None:
+                raise self._recorded_error(exc) from None
+            recorded = stored  # unusable: the explicit location wins, with the warning
         self.recorded_artifacts = recorded
         if explicit is not None and _normalize(explicit) != recorded:
             chosen = _normalize(explicit)
