@@ -124,7 +124,38 @@ def _run_script(example: Example, folder: Path) -> None:
         timeout=TIMEOUT,
     )
     assert result.returncode == 0, f"{example.id}\n{example.script()}\n{result.stderr[-4000:]}"
-    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    stderr = _without_heartbeat_loss(result.stderr)
+    assert "Traceback" not in stderr, stderr[-4000:]
+
+
+# distributed's own log when a cluster the example made closes while a worker's heartbeat
+# is on its way (seen under load): the record and its traceback, which ends in the
+# CommClosedError.
+# The embedded cluster's workers drop it (dmlsearch/runner/_worker_logging.py); a
+# LocalCluster the user starts is distributed's to configure.
+_HEARTBEAT_LOSS = re.compile(
+    r"^\S+ \S+ - distributed\.worker - ERROR - Failed to communicate with scheduler during "
+    r"heartbeat\.\n(?:.*\n)*?distributed\.comm\.core\.CommClosedError: .*\n?",
+    re.MULTILINE,
+)
+
+
+def _without_heartbeat_loss(stderr: str) -> str:
+    return _HEARTBEAT_LOSS.sub("", stderr)
+
+
+def test_only_the_heartbeat_loss_record_is_left_out() -> None:
+    lost = (
+        "2026-12-06 21:48:35,849 - distributed.worker - ERROR - Failed to communicate with "
+        'scheduler during heartbeat.\nTraceback (most recent call last):\n  File "x", line 1\n'
+        "distributed.comm.core.CommClosedError: Stream is closed\n"
+    )
+    other = "2026-12-06 21:48:39,832 - distributed.nanny - WARNING - still alive, killing\n"
+    ours = "Traceback (most recent call last):\nValueError: ours\n"
+    assert _without_heartbeat_loss(lost + other) == other
+    assert _without_heartbeat_loss(lost + other + ours) == other + ours
+    assert _without_heartbeat_loss(other + lost) == other
+    assert _without_heartbeat_loss(ours + lost + ours) == ours + ours
 
 
 def test_every_skipped_block_says_why() -> None:
