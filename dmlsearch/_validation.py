@@ -26,9 +26,12 @@ __all__ = [
     "CandidateCache",
     "check_candidate",
     "check_cv",
+    "check_fit_data",
     "check_search_params",
     "check_space_names",
     "cv_splits",
+    "describe_rows",
+    "missing_target_rows",
     "set_params_accepts",
 ]
 
@@ -284,14 +287,99 @@ def _check_split(i: int, train: Any, test: Any, n_samples: int) -> tuple[Any, An
     return pair[0], pair[1]
 
 
+# -- the data given to fit ----------------------------------------------------------------------
+
+
+def _check_not_lazy(name: str, value: Any) -> None:
+    """InvalidParameterError for a Dask DataFrame/Series, or a Dask array of unknown length.
+
+    A Dask DataFrame has no length without computing it, and no row indexing (``take``)
+    the folds need: it would pass the driver's checks and fail on a worker. A Dask array
+    whose chunk sizes are known is indexed by row as NumPy's is, and is taken.
+    """
+    root = type(value).__module__.partition(".")[0]
+    if root not in ("dask", "dask_expr", "dask_cudf"):
+        return
+    if hasattr(value, "npartitions") and not hasattr(value, "chunks"):
+        kind = type(value).__name__
+        raise InvalidParameterError(
+            name,
+            f"a Dask {kind} is not supported (its rows cannot be counted or indexed without "
+            f"computing it): pass {name}.compute() (the data is then sent to the workers "
+            f"once), or {name}.to_dask_array(lengths=True)",
+        )
+    chunks = getattr(value, "chunks", None)
+    if chunks and any(not np.isfinite(c) for c in chunks[0]):
+        raise InvalidParameterError(
+            name,
+            f"a Dask array with unknown chunk sizes (shape {value.shape}): call "
+            f"{name}.compute_chunk_sizes() first, or pass {name}.compute()",
+        )
+
+
+def missing_target_rows(y: Any) -> np.ndarray:
+    """The positions of the rows of ``y`` with a missing value (NaN, None, pd.NA, NaT);
+    empty for None and for a sparse ``y`` (not checked)."""
+    import pandas as pd
+    from scipy import sparse
+
+    if y is None or sparse.issparse(y):
+        return np.empty(0, dtype=np.intp)
+    values = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+    if values.ndim == 0 or values.dtype.kind in "biu":
+        return np.empty(0, dtype=np.intp)
+    # pd.isna for objects (None, pd.NA of nullable dtypes), strings and dates (NaT).
+    missing = np.isnan(values) if values.dtype.kind in "fc" else pd.isna(values)
+    if missing.ndim > 1:
+        missing = missing.reshape(len(missing), -1).any(axis=1)
+    return np.flatnonzero(missing)
+
+
+def describe_rows(rows: np.ndarray, most: int = 10) -> str:
+    """``row 3`` / ``rows 3, 7`` / ``rows 3, 7, ... (40 in all)``: positions counted from 0."""
+    shown = ", ".join(str(int(r)) for r in rows[:most])
+    more = f", ... ({len(rows)} in all)" if len(rows) > most else ""
+    return f"row{'s' if len(rows) > 1 else ''} {shown}{more}"
+
+
+def check_fit_data(X: Any, y: Any, groups: Any = None) -> None:
+    """What ``fit`` refuses in its data before any work: a Dask DataFrame or Series (or a
+    Dask array of unknown length) as ``X``, ``y`` or ``groups``, an ``X`` with no rows, and
+    missing values in ``y`` (InvalidParameterError naming the argument).
+
+    A missing target would fail every fit on the workers, or stop the splitter with an
+    error about sorting floats and strings (classes) that names ``cv``.
+    """
+    for name, value in (("X", X), ("y", y), ("groups", groups)):
+        _check_not_lazy(name, value)
+    from sklearn.utils.validation import _num_samples
+
+    try:
+        n_samples = _num_samples(X)
+    except TypeError:
+        return  # not array-like: the estimator's own check says so
+    if n_samples == 0:
+        raise InvalidParameterError("X", "has no rows: pass the data to fit on")
+    rows = missing_target_rows(y)
+    if rows.size:
+        raise InvalidParameterError(
+            "y",
+            f"has {len(rows)} missing value{'s' if len(rows) > 1 else ''} "
+            f"({describe_rows(rows)}, counted from 0): drop those rows from X and y, or "
+            "fill them in, before fit",
+        )
+
+
 def cv_splits(
     cv: Any, X: Any, y: Any, groups: Any, *, classifier: bool
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (train, test) index arrays of ``cv`` on this data; InvalidParameterError('cv')
-    for a splitter that cannot split it (more folds than rows, say) or a malformed split."""
+    for a splitter that cannot split it (more folds than rows, say) or a malformed split,
+    and what :func:`check_fit_data` refuses in the data (naming it) first."""
     from sklearn.model_selection import check_cv as sklearn_check_cv
 
     check_cv(cv)
+    check_fit_data(X, y, groups)
     if cv is not None and not hasattr(cv, "split") and not isinstance(cv, numbers.Integral):
         cv = list(cv)  # given splits: each must be a pair before scikit-learn unpacks it
         _check_pairs(cv)

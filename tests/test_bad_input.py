@@ -326,6 +326,94 @@ def test_cv_splits_that_cannot_work_on_the_data_are_named(data: Any, cv: Any, ma
     assert [len(part) for part in good[0]] == [20, 10]
 
 
+def _dask_data(data: Any) -> dict[str, tuple[Any, Any, str, str]]:
+    """Dask collections the folds cannot index: (X, y, the argument named, the advice)."""
+    import pandas as pd
+
+    da = pytest.importorskip("dask.array")
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = data
+    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcd")), npartitions=3)
+    unknown = da.from_array(X, chunks=10)
+    unknown = unknown[unknown[:, 0] > -np.inf]  # a boolean mask: chunk sizes unknown (nan)
+    return {
+        "DataFrame X": (frame, y, "X", r"a Dask DataFrame .* X\.compute\(\)"),
+        "Series y": (X, dd.from_pandas(pd.Series(y), npartitions=3), "y", r"y\.compute\(\)"),
+        "unknown chunks": (unknown, y, "X", r"X\.compute_chunk_sizes\(\)"),
+    }
+
+
+@pytest.mark.parametrize("case", ["DataFrame X", "Series y", "unknown chunks"])
+def test_dask_data_the_folds_cannot_index_is_refused_before_any_work(
+    no_work: None, monkeypatch: pytest.MonkeyPatch, data: Any, case: str
+) -> None:
+    from dmlsearch.ensemble import EnsembleSelection, StackingClassifier, selection, stacking
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise WorkStarted
+
+    for module in (stacking, selection):  # the multi-fidelity search: no_work's
+        monkeypatch.setattr(module, "resolve_client", refuse)
+    X, y, param, advice = _dask_data(data)[case]
+    fits: list[Callable[[], Any]] = [
+        lambda: StackingClassifier([("lr", LogisticRegression())], cv=3).fit(X, y),
+        lambda: EnsembleSelection(SearchCV(LogisticRegression(), {"C": [1.0]})).fit(X, y),
+    ]
+    if case != "unknown chunks":  # SearchCV measures it first: search.py's indexable
+        search = SearchCV(LogisticRegression(), {"C": [1.0]}, progress=False)
+        fits.append(lambda: search.fit(X, y))
+        multi = SearchCV(
+            LogisticRegression(), {"C": [1.0, 2.0]}, scheduler="asha", resource="n_samples",
+            progress=False,
+        )  # fmt: skip
+        fits.append(lambda: multi.fit(X, y))
+    for fit in fits:
+        with pytest.raises(InvalidParameterError, match=advice) as info:
+            fit()
+        assert info.value.param == param
+
+
+def test_a_dask_array_of_known_chunks_passes_the_data_checks(data: Any) -> None:
+    da = pytest.importorskip("dask.array")
+    X, y = data
+    splits = cv_splits(3, da.from_array(X, chunks=10), y, None, classifier=True)
+    assert len(splits) == 3
+
+
+def _with_missing(y: np.ndarray) -> dict[str, Any]:
+    import pandas as pd
+
+    labels = np.where(y == 1, "yes", "no").astype(object)
+    labels[[3, 7]] = None
+    boolean = pd.Series(pd.array(y.astype(bool), dtype="boolean"))
+    boolean[[3, 7]] = pd.NA
+    floats = y.astype(float)
+    floats[[3, 7]] = np.nan
+    return {"text": labels, "nullable boolean": boolean, "floats": floats}
+
+
+@pytest.mark.parametrize("kind", ["text", "nullable boolean", "floats"])
+def test_missing_target_values_are_named_before_the_split(
+    no_work: None, data: Any, kind: str
+) -> None:
+    # Before, the split failed: "cv: cannot split the data: '<' not supported between
+    # instances of 'float' and 'str'" or "... Input y contains NaN", naming cv.
+    X, y = data
+    y_missing = _with_missing(y)[kind]
+    error = fit_outcome((X, y_missing))
+    assert isinstance(error, InvalidParameterError) and error.param == "y", error
+    assert "has 2 missing values (rows 3, 7, counted from 0)" in str(error)
+    with pytest.raises(InvalidParameterError, match="missing values"):
+        cv_splits(3, X, y_missing, None, classifier=False)
+
+
+def test_data_without_rows_is_named_before_the_split(no_work: None, data: Any) -> None:
+    X, y = data
+    error = fit_outcome((X[:0], y[:0]))
+    assert isinstance(error, InvalidParameterError) and error.param == "X", error
+    assert "has no rows" in str(error)
+
+
 # -- registry ----------------------------------------------------------------------------------
 
 

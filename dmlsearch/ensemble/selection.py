@@ -23,6 +23,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .. import _oof
 from .._scoring import resolve_scoring
+from .._validation import check_fit_data
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
@@ -261,6 +262,7 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         scored its folds).
         """
         size, n_init, max_candidates = self._check_params()
+        check_fit_data(X, y)  # a Dask DataFrame, no rows, a missing target
         library = library_of(self.search, self.registry, max_candidates)
         X, y = indexable(X, y)
         y = np.asarray(y)

@@ -38,6 +38,7 @@ from sklearn.utils.validation import (
     column_or_1d,
 )
 
+from .._validation import check_fit_data
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
@@ -183,11 +184,10 @@ class _BaseStacking(ClientParam, BaseEstimator):
         final = self.final_estimator if self.final_estimator is not None else self._final_default()
         check_estimator("final_estimator", final)
         self._check_final(final)
+        check_fit_data(X, y)  # a Dask DataFrame, no rows, a missing target
         check_consistent_length(X, y)
         # As cross_val_predict: rows must be indexable (sparse matrices become CSR).
         X, y = indexable(X, y)
-        if _num_samples(X) == 0:
-            raise InvalidParameterError("X", "found 0 rows; stacking needs at least one per fold")
         if (
             isinstance(X, np.ndarray)
             and X.dtype.kind in "fc"
