@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import re
 import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
@@ -796,6 +798,122 @@ def test_text_columns_for_a_model_of_numbers_are_refused_before_a_cluster_starts
     message = at(info.value, "data").message
     assert "column 'city' holds text, and LogisticRegression takes numbers" in message
     assert no_cluster == []
+
+
+def test_a_csv_with_only_a_header_is_refused_when_validated(tmp_path: Path) -> None:
+    (tmp_path / "d.csv").write_text("a,b,label\n")
+    exc = refused(dump(with_value("data", {"path": "d.csv", "target": "label"})), base_dir=tmp_path)
+    assert "the data has no rows: d.csv holds only a header" in at(exc, "data.path").message
+
+
+#: Data that loads but cannot be searched: (file name, the data, where, what is said).
+DATA_PROBLEMS: dict[str, tuple[str, Callable[[], pd.DataFrame], str, str]] = {
+    "missing labels": (
+        "d.csv",
+        lambda: pd.DataFrame({"a": range(12), "label": ["x", "y", "x", None] * 3}),
+        "data.target",
+        "'label' has 3 missing values (rows 3, 7, 11; data rows counted from 0)",
+    ),
+    "a missing number": (
+        "d.parquet",
+        lambda: pd.DataFrame({"a": range(12), "label": [1.0] * 5 + [None] + [2.0] * 6}),
+        "data.target",
+        "'label' has 1 missing value (row 5; data rows counted from 0)",
+    ),
+    "no rows": (
+        "d.parquet",
+        lambda: pd.DataFrame({"a": [], "label": []}),
+        "data.path",
+        "the data has no rows: d.parquet holds none",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_PROBLEMS))
+def test_data_problems_name_the_data_before_a_cluster_starts(
+    tmp_path: Path, no_cluster: list[str], case: str
+) -> None:
+    # Before, the search's split failed: "cv: cannot split the data: '<' not supported
+    # between instances of 'float' and 'str'" or "... Found array with 0 sample(s)".
+    name, frame, path, message = DATA_PROBLEMS[case]
+    file = tmp_path / name
+    if name.endswith(".csv"):
+        frame().to_csv(file, index=False)
+    else:
+        frame().to_parquet(file)
+    data = with_model("sklearn.linear_model.LogisticRegression")
+    data["data"] = {"path": str(file), "target": "label"}
+    error = run_refused(tmp_path, data)
+    assert message in at(error, path).message, str(error)
+    assert no_cluster == []
+
+
+def test_a_loader_returning_missing_targets_is_named(tmp_path: Path, no_cluster: list[str]) -> None:
+    (tmp_path / "gappy_zz_loader.py").write_text(
+        "def load():\n    return [[0.0], [1.0], [2.0], [3.0]], ['a', None, 'b', 'a']\n"
+    )
+    data = with_model("sklearn.linear_model.LogisticRegression")
+    data["data"] = {"loader": "gappy_zz_loader:load"}
+    message = at(run_refused(tmp_path, data), "data.loader").message
+    assert "the y it returns has 1 missing value (row 1;" in message
+    assert no_cluster == []
+
+
+#: Columns a Parquet file keeps the dtype of, that a model of numbers cannot take.
+NOT_NUMBERS: dict[str, tuple[Callable[[], Any], str]] = {
+    "text categories": (lambda: pd.Categorical(["r", "g"] * 10), "text"),
+    "number-text categories": (lambda: pd.Categorical(["1", "2"] * 10), "text"),
+    "dates": (lambda: pd.date_range("2020", periods=20), "dates"),
+    "dates in a time zone": (lambda: pd.date_range("2020", periods=20, tz="UTC"), "dates"),
+    "durations": (lambda: pd.to_timedelta(range(20), unit="s"), "durations"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_NUMBERS))
+def test_categories_and_dates_for_a_model_of_numbers_are_refused_before_a_cluster_starts(
+    tmp_path: Path, no_cluster: list[str], case: str
+) -> None:
+    column, holds = NOT_NUMBERS[case]
+    frame = pd.DataFrame({"v": range(20), "c": column(), "y": [0, 1] * 10})
+    frame.to_parquet(tmp_path / "d.parquet")
+    data = with_model("sklearn.linear_model.LogisticRegression")
+    data["data"] = {"path": str(tmp_path / "d.parquet"), "target": "y"}
+    message = at(run_refused(tmp_path, data), "data.features").message
+    assert f"column 'c' holds {holds}, and LogisticRegression takes numbers" in message, message
+    assert no_cluster == []
+
+
+def test_numeric_categories_and_a_model_that_takes_categories_pass_the_column_check() -> None:
+    from dmlsearch.config._run import _check_text_columns
+
+    cfg = parse_config(dump(with_model("sklearn.linear_model.LogisticRegression")))
+    numbers = pd.DataFrame({"c": pd.Categorical([1, 2] * 5), "b": pd.Categorical([True] * 10)})
+    _check_text_columns(cfg, numbers)  # scikit-learn converts these to numbers
+    text = pd.DataFrame({"c": pd.Categorical(["r", "g"] * 5)})
+    with pytest.raises(ConfigError, match="column 'c' holds text"):
+        _check_text_columns(cfg, text)
+    cfg = parse_config(dump(with_model("sklearn.ensemble.HistGradientBoostingClassifier")))
+    _check_text_columns(cfg, text)  # categorical_features="from_dtype" takes it as it is
+
+
+def with_model(model: str) -> dict[str, Any]:
+    """The valid file with ``model`` (one class) and no scheduler."""
+    data = copy.deepcopy(VALID)
+    data["model"] = model
+    data["search"]["space"] = {"max_iter": [10]} if "Hist" in model else {"C": [1.0]}
+    del data["scheduler"]
+    return data
+
+
+def run_refused(tmp_path: Path, data: dict[str, Any]) -> ConfigError:
+    """The ConfigError ``run_experiment`` raises for the file ``data`` (a registry in
+    ``tmp_path``)."""
+    data["registry"] = {"url": f"sqlite:///{tmp_path / 'r.db'}"}
+    (tmp_path / "exp.yaml").write_text(dump(data))
+    with pytest.raises(ConfigError) as info:
+        run_experiment(load_config(tmp_path / "exp.yaml"), progress=False)
+    check_error(info.value)
+    return info.value
 
 
 @settings(EXAMPLES, max_examples=20)

@@ -302,12 +302,15 @@ def _csv_columns(path: Path, read_kwargs: dict[str, Any], problems: _Problems) -
     import pandas as pd
 
     kwargs = _csv_kwargs(path.name, read_kwargs)
-    kwargs["nrows"] = 0
+    kwargs["nrows"] = 1  # the header, and whether a row follows it
     try:
-        return [str(c) for c in pd.read_csv(path, **kwargs).columns]
+        head = pd.read_csv(path, **kwargs)
     except Exception as exc:
         problems.add(("path",), f"cannot read {path.name}: {type(exc).__name__}: {exc}")
         return None
+    if head.empty:
+        problems.add(("path",), f"the data has no rows: {path.name} holds only a header")
+    return [str(c) for c in head.columns]
 
 
 # -- model ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._common import ConfigError, Problem
@@ -90,6 +91,7 @@ def run_experiment(
             cfg, registry, overwrite, "`dmlsearch resume` continues it, "
         )
         X, y = load_data(cfg)
+        _check_rows(cfg, X, y)
         _check_text_columns(cfg, X)
         with open_client(cfg) as client:
             if exists:
@@ -103,10 +105,45 @@ def run_experiment(
     return search
 
 
+def _check_rows(cfg: ExperimentConfig, X: Any, y: Any) -> None:
+    """ConfigError naming the data for no rows or missing target values, before a cluster
+    starts: else the search's split fails, naming ``cv``."""
+    from sklearn.utils.validation import _num_samples
+
+    from .._validation import describe_rows, missing_target_rows
+
+    data = cfg.data
+    if data.path is not None:
+        where, source = "data.path", Path(data.path).name
+    elif data.loader is not None:
+        where, source = "data.loader", f"{data.loader}(...)"
+    else:
+        return  # scikit-learn's datasets: rows and targets
+    try:
+        empty = _num_samples(X) == 0
+    except TypeError:
+        return  # not array-like: the search says so
+    if empty:
+        raise ConfigError([Problem(where, f"the data has no rows: {source} holds none")])
+    rows = missing_target_rows(y)
+    if rows.size:
+        count = f"{len(rows)} missing value{'s' if len(rows) > 1 else ''}"
+        at = f"{describe_rows(rows)}; data rows counted from 0"
+        if data.path is not None:
+            problem = Problem(
+                "data.target",
+                f"{data.target!r} has {count} ({at}): fill them in, or drop those rows",
+            )
+        else:
+            problem = Problem(where, f"the y it returns has {count} ({at}): drop those rows")
+        raise ConfigError([problem])
+
+
 def _check_text_columns(cfg: ExperimentConfig, X: Any) -> None:
-    """ConfigError at ``data`` for columns of text given to a scikit-learn model that takes
-    numbers only (no Pipeline, ColumnTransformer or FeatureUnion to encode them), before a
-    cluster starts: else every trial fails on a worker with the same ValueError."""
+    """ConfigError at ``data`` for columns of text, categories that are not numbers, or dates
+    given to a scikit-learn model that takes numbers only (no Pipeline, ColumnTransformer or
+    FeatureUnion to encode them), before a cluster starts: else every trial fails on a
+    worker with the same error."""
     dtypes = getattr(X, "dtypes", None)
     if cfg.model is None or dtypes is None or getattr(X, "ndim", 0) != 2:
         return
@@ -118,29 +155,65 @@ def _check_text_columns(cfg: ExperimentConfig, X: Any) -> None:
         for v in [estimator, *estimator.get_params(deep=True).values()]
     ):
         return  # it may encode them, or take them as they are (other libraries' models)
+    # HistGradientBoosting* takes a pandas category column as it is (categorical_features).
+    takes_categories = estimator.get_params().get("categorical_features") == "from_dtype"
+    found: dict[str, list[str]] = {}
+    for column, dtype in dtypes.items():
+        kind = _not_numbers(X[column], dtype, takes_categories)
+        if kind is not None:
+            found.setdefault(kind, []).append(str(column))
+    if not found:
+        return
+    model = type(estimator).__name__
+    sentences = []
+    for kind, columns in found.items():
+        shown = ", ".join(repr(c) for c in columns[:5]) + (", ..." if len(columns) > 5 else "")
+        what = f"columns {shown} hold" if len(columns) > 1 else f"column {shown} holds"
+        sentences.append(f"{what} {kind}")
+    encode = (
+        "make the model a Pipeline that encodes them (a ColumnTransformer with a OneHotEncoder)"
+        if "text" in found
+        else ""
+    )
+    dates = (
+        "turn them into numbers first (a data.loader returning, say, days since a date)"
+        if set(found) - {"text"}
+        else ""
+    )
+    fixes = ", or ".join(
+        f for f in ("list the numeric columns in data.features", encode, dates) if f
+    )
+    path = "data.features" if cfg.data.path is not None else "data"
+    raise ConfigError(
+        [Problem(path, f"{' and '.join(sentences)}, and {model} takes numbers: {fixes}")]
+    )
+
+
+def _not_numbers(values: Any, dtype: Any, takes_categories: bool) -> str | None:
+    """What a column holds that a scikit-learn model of numbers cannot take: "text",
+    "dates" or "durations"; None for numbers (and numbers written as text, which
+    scikit-learn converts)."""
     import pandas as pd
 
-    text = []
-    for column, dtype in dtypes.items():
-        if pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype):
-            values = X[column]
-            numbers = pd.to_numeric(values, errors="coerce")
-            if int(numbers.isna().sum()) > int(values.isna().sum()):
-                text.append(str(column))
-    if text:
-        shown = ", ".join(repr(c) for c in text[:5]) + (", ..." if len(text) > 5 else "")
-        what = f"columns {shown} hold" if len(text) > 1 else f"column {shown} holds"
-        path = "data.features" if cfg.data.path is not None else "data"
-        raise ConfigError(
-            [
-                Problem(
-                    path,
-                    f"{what} text, and {type(estimator).__name__} takes "
-                    "numbers: list the numeric columns in data.features, or make the model a "
-                    "Pipeline that encodes them (a ColumnTransformer with a OneHotEncoder)",
-                )
-            ]
-        )
+    types = pd.api.types
+    if types.is_datetime64_any_dtype(dtype) or isinstance(dtype, pd.PeriodDtype):
+        return "dates"
+    if types.is_timedelta64_dtype(dtype):
+        return "durations"
+    if isinstance(dtype, pd.CategoricalDtype):
+        # Converted to an array, the column holds its categories: numbers (or True/False)
+        # are taken, anything else (numbers written as text too) fails in fit or predict.
+        if takes_categories:
+            return None
+        used = values.cat.remove_unused_categories().cat.categories
+        if len(used) == 0 or types.is_numeric_dtype(used.dtype):
+            return None
+        return _not_numbers(pd.Series(used), used.dtype, False) or "text"
+    if types.is_object_dtype(dtype) or types.is_string_dtype(dtype):
+        numbers = pd.to_numeric(values, errors="coerce")
+        if int(numbers.isna().sum()) > int(values.isna().sum()):
+            return "text"
+    return None
 
 
 def _select_ensemble(
