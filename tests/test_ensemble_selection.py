@@ -28,6 +28,11 @@ CV = StratifiedKFold(3, shuffle=True, random_state=0)
 TREES = {"max_depth": [1, 2, 3, 5, None], "min_samples_leaf": [1, 5, 20]}
 
 
+def oof_grid(estimator, space, client) -> SearchCV:
+    """A grid search over ``space`` on CV that keeps its out-of-fold predictions."""
+    return SearchCV(estimator, space, strategy="grid", cv=CV, client=client, keep_oof=True)
+
+
 @pytest.fixture(scope="module")
 def iris() -> tuple[np.ndarray, np.ndarray]:
     X, y = load_iris(return_X_y=True)
@@ -219,6 +224,23 @@ def test_selection_over_a_classifier_search(tree_search, iris):
     assert clone(ens).get_params()["search"] is tree_search
 
 
+def test_fitted_selection_records_the_features_as_scikit_learn_does(client, iris, tree_search):
+    import pandas as pd
+
+    X, y = iris
+    unfitted = EnsembleSelection(tree_search, ensemble_size=3, n_init=1)
+    assert not hasattr(unfitted, "n_features_in_")
+    fitted = clone(unfitted).fit(X, y)
+    assert fitted.n_features_in_ == 4 and not hasattr(fitted, "feature_names_in_")
+
+    frame = pd.DataFrame(X, columns=["sepal_l", "sepal_w", "petal_l", "petal_w"])
+    search = oof_grid(DecisionTreeClassifier(random_state=0), {"max_depth": [1, 3]}, client)
+    search.fit(frame, y)
+    fitted = EnsembleSelection(search, ensemble_size=2, n_init=1).fit(frame, y)
+    assert fitted.n_features_in_ == 4
+    np.testing.assert_array_equal(fitted.feature_names_in_, search.feature_names_in_)
+
+
 def test_selection_over_a_regressor_search(client):
     X, y = load_diabetes(return_X_y=True)
     search = SearchCV(
@@ -337,14 +359,8 @@ def test_selection_on_log_loss_scores_exact_probabilities(tree_search, iris):
 def test_members_are_refitted_with_the_searchs_sample_weight(client, iris):
     X, y = iris
     weights = np.where(y == "virginica", 10.0, 0.1)
-    search = SearchCV(
-        LogisticRegression(max_iter=1000),
-        {"C": [0.01, 1.0]},
-        strategy="grid",
-        cv=CV,
-        client=client,
-        keep_oof=True,
-    ).fit(X, y, sample_weight=weights)
+    search = oof_grid(LogisticRegression(max_iter=1000), {"C": [0.01, 1.0]}, client)
+    search.fit(X, y, sample_weight=weights)
     ens = EnsembleSelection(search, ensemble_size=3, n_init=1, random_state=0)
     ens.fit(X, y, sample_weight=weights)
     for number, member in zip(ens.members_, ens.estimators_, strict=True):

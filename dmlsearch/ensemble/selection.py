@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator, clone, is_classifier
 from sklearn.utils import indexable
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from .. import _oof
 from .._scoring import resolve_scoring
@@ -198,6 +198,10 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         matrices of the members' out-of-fold predictions, and their means over pairs.
     classes_ : ndarray
         The classes (classifiers).
+    n_features_in_ : int
+        The number of columns of ``X`` in ``fit``.
+    feature_names_in_ : ndarray
+        The column names of ``X`` in ``fit``, when it is a DataFrame with string names.
     """
 
     def __init__(
@@ -265,6 +269,9 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         check_fit_data(X, y)  # a Dask DataFrame, no rows, a missing target
         library = library_of(self.search, self.registry, max_candidates)
         X, y = indexable(X, y)
+        # n_features_in_ and feature_names_in_ (a DataFrame's), as scikit-learn's
+        # estimators set them; X itself is the members' to check.
+        validate_data(self, X, skip_check_array=True)
         y = np.asarray(y)
         classes = self._check_y(library, y, _num_samples(X))
         sw = sample_weight_of(sample_weight, _num_samples(X))
