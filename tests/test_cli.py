@@ -17,7 +17,7 @@ import pytest
 from distributed import Client
 from typer.testing import CliRunner
 
-from dmlsearch import Registry
+from dmlsearch import InvalidParameterError, Registry
 from dmlsearch.cli import app
 from dmlsearch.registry import NotFoundError
 
@@ -915,3 +915,59 @@ def test_a_run_where_no_trial_completed_is_an_error(in_tmp: Path, client: Client
     result = invoke("run", *args, "--overwrite", "--json")
     assert result.exit_code == 1 and "no trial completed" in result.stderr
     assert json.loads(result.stdout)["failed"] == 2
+
+
+# -- passwords ------------------------------------------------------------------------------------
+
+
+def test_a_registry_password_is_never_shown(in_tmp: Path) -> None:
+    """Probe p19: table titles, "no experiment/model ... in <url>", run's "already exists
+    in <url>", the delete questions and validate --json printed the password, which the
+    Python API hides as ***."""
+    import sqlalchemy as sa
+
+    from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
+    from dmlsearch.training._record import JobRecord
+    from dmlsearch.training._resume import check_resumable
+
+    password = "S3cretPW"
+    with postgres_schema(os.environ.get("DMLSEARCH_TEST_POSTGRES", POSTGRES_URL)) as scoped:
+        url = sa.make_url(scoped).set(password=password).render_as_string(hide_password=False)
+        masked = sa.make_url(url).render_as_string(hide_password=True)
+        assert password in url and password not in masked
+        Registry(url, str(in_tmp / "store")).close()
+        outputs = [
+            invoke("list", "--registry", url),
+            invoke("registry", "models", "--registry", url),
+        ]
+        _with_model(url, "m", versions=1)
+        with Registry(url) as registry:
+            exp = registry.store.create_experiment("exp")
+            registry.store.set_experiment_status(exp.id, "complete")
+            for call in (
+                lambda: check_resumable(registry, "nope"),
+                lambda: JobRecord.open(registry, "exp", {}, "fingerprint", {}),
+            ):
+                with pytest.raises(InvalidParameterError) as info:
+                    call()
+                assert masked in str(info.value) and password not in str(info.value)
+        (in_tmp / "exp.yaml").write_text(
+            (EXPERIMENTS / "quickstart.yaml").read_text(encoding="utf-8")
+            + f"\nregistry:\n  url: {url}\n  artifacts: {in_tmp / 'store'}\n",
+            encoding="utf-8",
+        )
+        outputs += [
+            invoke("list", "--registry", url),
+            invoke("registry", "models", "--registry", url),
+            invoke("show", "nope", "--registry", url),
+            invoke("registry", "versions", "nope", "--registry", url),
+            invoke("delete", "exp", "--registry", url),
+            invoke("registry", "delete-version", "m", "1", "--registry", url),
+            invoke("run", "exp.yaml", "--set", "name=exp", "--no-progress"),
+            invoke("validate", "exp.yaml", "--json"),
+        ]
+    for result in outputs:
+        assert password not in result.output, result.output
+    for result in outputs:  # table titles wrap: look for the user and the mask
+        assert f"{sa.make_url(url).username}:***@" in result.output, result.output
+    assert json.loads(outputs[-1].stdout)["registry"] == masked

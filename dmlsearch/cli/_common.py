@@ -244,7 +244,7 @@ def _registry_url(url: str | None, where: str = "--registry") -> str:
             else ("sqlite:///dmlsearch.db")
         )
         raise _fail(
-            f"error: {where} {url!r} is not a database URL; write e.g. {hint} or "
+            f"error: {where} {_safe(url)!r} is not a database URL; write e.g. {hint} or "
             "postgresql+psycopg://user@host/db",
             2,
         ) from None
@@ -265,7 +265,7 @@ def _open_registry(url: str | None, artifacts: str | None = None) -> Registry:
         and not Path(str(parsed.database)).expanduser().exists()
     ):
         raise _fail(
-            f"error: no registry at {url} (run an experiment first, or pass --registry URL "
+            f"error: no registry at {_safe(url)} (run an experiment first, or pass --registry URL "
             "or set DMLSEARCH_REGISTRY)",
             2,
         )
@@ -310,13 +310,10 @@ def _probe_registry(url: str) -> None:
 
 
 def _safe(url: str) -> str:
-    """``url`` with any password hidden."""
-    import sqlalchemy as sa
+    """``url`` with any password hidden (as the registry shows it everywhere)."""
+    from ..registry.registry import shown_url
 
-    try:
-        return sa.make_url(url).render_as_string(hide_password=True)
-    except (sa.exc.ArgumentError, ValueError):
-        return url
+    return shown_url(url)
 
 
 def _experiment(registry: Registry, name: str) -> Any:
@@ -337,7 +334,9 @@ def _experiment(registry: Registry, name: str) -> Any:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         listing = "" if close else " (`dmlsearch list` shows them)"
-        raise _fail(f"error: no experiment {name!r} in {registry.url}{hint}{listing}", 2) from None
+        raise _fail(
+            f"error: no experiment {name!r} in {registry.shown_url}{hint}{listing}", 2
+        ) from None
 
 
 # -- confirmation and deletion -------------------------------------------------------------

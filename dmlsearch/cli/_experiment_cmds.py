@@ -132,9 +132,9 @@ def list_(registry: RegistryOpt = None, json_: JsonOpt = False) -> None:
     if json_:
         _echo_json(_records(frame))
     elif frame.empty:
-        typer.echo(f"no experiments in {reg.url}")
+        typer.echo(f"no experiments in {reg.shown_url}")
     else:
-        _table(frame, title=f"experiments in {reg.url}")
+        _table(frame, title=f"experiments in {reg.shown_url}")
 
 
 def _metric(exp: Any) -> str:
@@ -226,7 +226,7 @@ def delete(
         if not yes:
             _confirm(
                 f"Delete experiment {exp.name!r} (id {exp.id}, {exp.status}, {n_trials} "
-                f"trial(s)) from {reg.url}?"
+                f"trial(s)) from {reg.shown_url}?"
             )
         summary = reg.delete_experiment(exp.name)
     typer.echo(f"deleted experiment {exp.name!r} ({_deleted(summary)})")

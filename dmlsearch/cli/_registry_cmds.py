@@ -48,12 +48,12 @@ def registry_models(registry: RegistryOpt = None, json_: JsonOpt = False) -> Non
     if json_:
         _echo_json(rows)
     elif not rows:
-        typer.echo(f"no models in {reg.url}")
+        typer.echo(f"no models in {reg.shown_url}")
     else:
         for row in rows:
             row["aliases"] = ", ".join(f"{a}->v{v}" for a, v in row["aliases"].items())
         frame = pd.DataFrame(rows, columns=["model", "versions", "latest", "aliases"])
-        _table(frame, title=f"models in {reg.url}")
+        _table(frame, title=f"models in {reg.shown_url}")
 
 
 @registry_app.command("versions")
@@ -105,7 +105,7 @@ def _known_model(registry: Registry, name: str) -> None:
         return
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else " (`dmlsearch registry models` lists them)"
-    raise _fail(f"error: no model {name!r} in {registry.url}{hint}", 2)
+    raise _fail(f"error: no model {name!r} in {registry.shown_url}{hint}", 2)
 
 
 @registry_app.command("delete-version")
@@ -136,7 +136,7 @@ def registry_delete_version(
             )
         if not yes:
             aliases = f", aliases {', '.join(record.aliases)}" if record.aliases else ""
-            _confirm(f"Delete {name} version {version}{aliases} from {reg.url}?")
+            _confirm(f"Delete {name} version {version}{aliases} from {reg.shown_url}?")
         reg.delete_version(name, version, force=force)
     typer.echo(f"deleted {name} version {version}")
 

@@ -39,7 +39,7 @@ def _taken(cfg: ExperimentConfig, registry: Any, overwrite: bool, resume_hint: s
             [
                 Problem(
                     "name",
-                    f"experiment {cfg.name!r} already exists in {registry.url}; {resume_hint}"
+                    f"experiment {cfg.name!r} already exists in {registry.shown_url}; {resume_hint}"
                     "`dmlsearch run --overwrite` replaces it, or pick another name "
                     "(--set name=...)",
                 )

@@ -334,7 +334,11 @@ def summary(cfg: ExperimentConfig) -> dict[str, Any]:
     else:
         cluster = {"kind": "class", "class": c.cls, "scale": c.scale}
     common = {"version": cfg.version, "kind": cfg.kind, "name": cfg.name, "data": source}
-    where = {"cluster": cluster, "registry": cfg.registry.url}
+    from ..registry.registry import shown_url
+
+    # Printed for scripts and CI logs: never the password.
+    url = cfg.registry.url
+    where = {"cluster": cluster, "registry": None if url is None else shown_url(url)}
     if cfg.train is not None:
         t = cfg.train
         named = t.outline()

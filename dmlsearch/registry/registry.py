@@ -10,6 +10,7 @@ argument checks, lookups), ``_registry_runs`` (experiments, trials, Optuna expor
 from __future__ import annotations
 
 import os
+import re
 import uuid
 import warnings
 from pathlib import Path
@@ -27,9 +28,23 @@ from ._registry_upkeep import _RegistryUpkeep
 from .artifacts import ArtifactLocationError, ArtifactStore, local_path
 from .sql import SQLStore, default_registry_url, sqlite_path
 
-__all__ = ["ENSEMBLE_FORMAT", "Registry", "as_registry"]
+__all__ = ["ENSEMBLE_FORMAT", "Registry", "as_registry", "shown_url"]
 
 _ARTIFACTS_FOLDER = "dmlsearch-artifacts"
+
+
+def shown_url(url: str) -> str:
+    """A database URL as every message and output shows it: any password as ``***``.
+
+    What ``SQLStore.shown_url`` gives; a string that does not parse as a URL has whatever
+    sits between ``user:`` and ``@`` hidden the same way.
+    """
+    import sqlalchemy as sa
+
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError):
+        return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
 def _is_url(location: str) -> bool:
@@ -204,6 +219,11 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                 f"registry records {recorded}"
             )
         return recorded, f"the registry records its artifact store at {recorded}; {moved}"
+
+    @property
+    def shown_url(self) -> str:
+        """The registry's URL as messages show it: any password as ``***``."""
+        return shown_url(self.url)
 
     def __repr__(self) -> str:
         return f"Registry({self.store!r}, artifacts={self.artifacts.url!r})"

@@ -151,7 +151,7 @@ class JobRecord:
         except AlreadyExistsError:
             raise InvalidParameterError(
                 "experiment_name",
-                f"an experiment called {name!r} already exists in {registry.url}; choose "
+                f"an experiment called {name!r} already exists in {registry.shown_url}; choose "
                 "another name, or delete it first (Registry.delete_experiment)",
             ) from None
         return cls(registry, exp.id, exp.name, exp.config)

@@ -57,7 +57,7 @@ def check_resumable(registry: Any, name: str) -> Any:
     except NotFoundError:
         raise InvalidParameterError(
             "resume",
-            f"there is no experiment {name!r} in {registry.url} to resume: run it first, or "
+            f"there is no experiment {name!r} in {registry.shown_url} to resume: run it first, or "
             "drop resume (resume=False) to start it",
         ) from None
     if not isinstance(exp.config, dict) or exp.config.get("kind") != JOB_KIND:
