@@ -101,6 +101,32 @@ def test_torch_state_dict_round_trip():
     assert torch.equal(loaded.weight, model.weight)
 
 
+def test_the_formats_docs_call_deterministic_give_the_same_bytes_again(data):
+    """docs/registry.md: registering the same model again stores no new blob (and repairs a
+    damaged one) for these formats; skops, which is not byte-deterministic, is left out."""
+    torch = pytest.importorskip("torch")
+    xgboost = pytest.importorskip("xgboost")
+    from dmlsearch.training import TorchClassifier
+
+    X, y = data
+    clf = xgboost.XGBClassifier(n_estimators=3, max_depth=2, random_state=0).fit(X, y)
+    net = TorchClassifier(
+        torch.nn.Linear, module__in_features=5, module__out_features=2, max_epochs=1
+    ).fit(X.astype("float32"), y)
+    models = [{"weights": [1.0, 2.0]}, clf, clf.get_booster(), torch.nn.Linear(3, 2), net]
+    first = [dump_model(m, allow_pickle=True) for m in models]
+    time.sleep(1.1)  # a format that stamped the time would differ now
+    again = [dump_model(m, allow_pickle=True).data for m in models]
+    assert [s.format for s in first] == [
+        "pickle",
+        "xgboost-ubj",
+        "xgboost-ubj",
+        "torch-state-dict",
+        "skorch-net",
+    ]
+    assert again == [s.data for s in first]
+
+
 def test_xgboost_models_use_their_native_format(registry, data):
     xgboost = pytest.importorskip("xgboost")
     X, y = data

@@ -3,7 +3,7 @@
 A blob lives at ``<root>/<namespace>/<sha[:2]>/<sha>``, where the namespace is the id of the
 registry that wrote it: registries that share a store (two SQLite files in one folder, every
 PostgreSQL registry on one bucket) never see, let alone collect, each other's blobs.
-Identical models of one registry are stored once, a path can never point at other bytes
+Identical bytes of one registry are stored once, a path can never point at other bytes
 than its name says, and every read is checked against the sha256 recorded in the registry.
 
 Blobs written before namespaces existed live at ``<root>/<sha[:2]>/<sha>``; they are still
