@@ -37,7 +37,7 @@ from ._search_support import (
     resolve_seed,
     strategy_name,
 )
-from ._validation import cv_splits
+from ._validation import check_fit_data, cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
 from .registry import FormatError, Registry, RegistryError, as_registry
@@ -298,6 +298,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         Every argument is validated before any work is sent to the cluster.
         """
         check_early_stopping(self.estimator, self.search_space, fit_params)
+        # Before anything reads the data's length (a Dask DataFrame would compute it).
+        check_fit_data(X, y, groups)
         if self.scheduler is not None:
             from ._multifidelity import fit_multifidelity
 
@@ -581,6 +583,18 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
     def _register_best(self, recorder: SearchRecorder, X: Any) -> None:
         if not hasattr(self, "best_estimator_"):
+            return
+        best = getattr(self, "best_score_", None)  # none with a callable refit
+        if best is not None and math.isnan(best):
+            # Every trial failed on some fold (scikit-learn still refits, and so do we):
+            # a model of unknown quality must not become the model's next version.
+            warnings.warn(
+                f"experiment {recorder.name!r}: no trial was scored on every fold (see "
+                "cv_results_ and the trials' errors), so the refitted best_estimator_ was "
+                "not registered",
+                UserWarning,
+                stacklevel=3,
+            )
             return
         metrics: dict[str, Any] = {}
         for key, values in self.cv_results_.items():

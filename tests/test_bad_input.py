@@ -359,14 +359,13 @@ def test_dask_data_the_folds_cannot_index_is_refused_before_any_work(
         lambda: StackingClassifier([("lr", LogisticRegression())], cv=3).fit(X, y),
         lambda: EnsembleSelection(SearchCV(LogisticRegression(), {"C": [1.0]})).fit(X, y),
     ]
-    if case != "unknown chunks":  # SearchCV measures it first: search.py's indexable
-        search = SearchCV(LogisticRegression(), {"C": [1.0]}, progress=False)
-        fits.append(lambda: search.fit(X, y))
-        multi = SearchCV(
-            LogisticRegression(), {"C": [1.0, 2.0]}, scheduler="asha", resource="n_samples",
-            progress=False,
-        )  # fmt: skip
-        fits.append(lambda: multi.fit(X, y))
+    search = SearchCV(LogisticRegression(), {"C": [1.0]}, progress=False)
+    fits.append(lambda: search.fit(X, y))
+    multi = SearchCV(
+        LogisticRegression(), {"C": [1.0, 2.0]}, scheduler="asha", resource="n_samples",
+        progress=False,
+    )  # fmt: skip
+    fits.append(lambda: multi.fit(X, y))
     for fit in fits:
         with pytest.raises(InvalidParameterError, match=advice) as info:
             fit()

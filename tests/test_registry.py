@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import KFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
@@ -236,6 +237,29 @@ def test_an_unregistered_best_estimator_warns_with_the_call_that_registers_it(
         SearchCV(lam, space, experiment_name="lam", **kwargs).fit(X, y)
     assert not any("allow_pickle" in str(w.message) for w in info)
     assert registry.models() == ["p"]
+
+
+@pytest.mark.cluster
+def test_a_search_no_trial_of_which_scored_every_fold_registers_nothing(registry, client, data):
+    # As scikit-learn, the search ends with best_score_ nan and refits; a model of unknown
+    # quality must not become the next version all the same.
+    X = data[0][:60]
+    y = np.repeat([0, 1], [20, 40])  # KFold(3)'s first training rows hold one class only
+    with pytest.warns(UserWarning, match="no trial was scored on every fold"):
+        search = SearchCV(
+            LogisticRegression(),
+            {"C": [0.1, 1.0]},
+            strategy="grid",
+            cv=KFold(3),
+            client=client,
+            registry=registry,
+            experiment_name="half-failed",
+            progress=False,
+        ).fit(X, y)
+    assert np.isnan(search.best_score_) and hasattr(search, "best_estimator_")
+    assert {t.state for t in search.trials_} == {"failed"}
+    assert registry.models() == []
+    assert registry.experiment("half-failed").status == "complete"
 
 
 @pytest.mark.cluster
