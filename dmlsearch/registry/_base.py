@@ -222,6 +222,10 @@ class RegistryStore(abc.ABC):
     * All timestamps are UTC POSIX seconds as floats (``time.time()``).
     * Experiment, model, alias and tag-key names of up to ``_checks.MAX_NAME`` (256)
       characters are stored whole; longer ones are refused before any write.
+    * Free text (trial errors and workers, tag values) is stored with NUL and lone
+      surrogates as U+FFFD; JSON values keep them exactly.
+    * A write whose target is deleted meanwhile raises NotFoundError, never a driver
+      error; a write to a read-only database raises RegistryError saying so.
     * Records returned are snapshots: changing one changes nothing in the store.
     * JSON-valued fields round-trip ints, floats (NaN and infinities included), strings,
       bools, None, lists and str-keyed dicts; tuples come back as lists, numpy scalars and
