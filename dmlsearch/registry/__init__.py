@@ -23,7 +23,12 @@ from ._base import (
     RegistryUnavailableError,
     TrialRecord,
 )
-from .artifacts import ArtifactIntegrityError, ArtifactLocationError, ArtifactStore
+from .artifacts import (
+    ArtifactIntegrityError,
+    ArtifactLocationError,
+    ArtifactStore,
+    ArtifactWriteError,
+)
 from .formats import FormatError
 from .registry import Registry, as_registry
 from .sql import SCHEMA_VERSION, SQLStore, default_registry_url
@@ -38,6 +43,7 @@ __all__ = [
     "ArtifactIntegrityError",
     "ArtifactLocationError",
     "ArtifactStore",
+    "ArtifactWriteError",
     "ExperimentRecord",
     "FormatError",
     "InUseError",
