@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import dask
 from distributed import Client
 
+from .._search_support import page_told
 from ..runner.loop import RunStats, WorkLoop
 from ..runner.units import DONE, Unit, UnitKind, UnitPolicy, UnitSource, _Signal
 from ._members import MemberError, MemberFitError, MemberLostError, MemberResult
@@ -123,16 +124,8 @@ def run_members(
         no_workers_timeout=float(dask.config.get("dmlsearch.no-workers-timeout", 60.0)),
         on_tick=None if reporter is None else reporter.tick,
     )
-    status = "failed"
-    try:
+    with page_told(reporter):
         stats = loop.run()
-        status = "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        if reporter is not None:
-            reporter.experiment_finished(status)
     return source.results, stats
 
 
