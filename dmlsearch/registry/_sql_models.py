@@ -18,10 +18,16 @@ from sqlalchemy.exc import IntegrityError
 
 from ..exceptions import InvalidParameterError
 from ._base import ModelSummary, ModelVersionRecord, NotFoundError, RegistryError, now
-from ._checks import check_alias_name, check_mapping, check_model_name, check_number, check_text
+from ._checks import (
+    MAX_NAME,
+    check_alias_name,
+    check_mapping,
+    check_model_name,
+    check_number,
+    check_text,
+)
 from ._sql_core import _SQLCore
 from ._sql_schema import (
-    _MAX_NAME,
     aliases,
     experiments,
     model_versions,
@@ -131,7 +137,7 @@ class _ModelsMixin(_SQLCore):
         lineage: Mapping[str, Any] | None = None,
         trusted_types: Sequence[str] = (),
     ) -> ModelVersionRecord:
-        check_model_name("model", model, max_length=_MAX_NAME)
+        check_model_name("model", model, max_length=MAX_NAME)
         _check_name("format", format, 64)
         check_mapping("metrics", metrics, "metrics")
         for key in metrics or {}:
@@ -331,7 +337,7 @@ class _ModelsMixin(_SQLCore):
 
     def set_alias(self, model: str, alias: str, version: int) -> None:
         _check_model_args(model, version, alias)
-        check_alias_name("alias", alias, max_length=_MAX_NAME)
+        check_alias_name("alias", alias, max_length=MAX_NAME)
         vanished = f"no version {version!r} of model {model!r} (deleted while setting {alias!r})"
         with self._transaction(write=True, vanished=vanished) as conn:
             model_id = self._model_id(conn, model)

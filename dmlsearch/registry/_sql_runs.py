@@ -22,10 +22,9 @@ from ._base import (
     TrialRecord,
     now,
 )
-from ._checks import check_count, check_mapping, check_new_name, check_states, check_text
+from ._checks import MAX_NAME, check_count, check_mapping, check_new_name, check_states, check_text
 from ._sql_core import _SQLCore
 from ._sql_schema import (
-    _MAX_NAME,
     _PG_TRIALS_UPSERT,
     _SQLITE_TRIALS_UPSERT,
     _TRIAL_COLUMNS,
@@ -74,7 +73,7 @@ class _RunsMixin(_SQLCore):
         data_fingerprint: str | None = None,
         cluster: Mapping[str, Any] | None = None,
     ) -> ExperimentRecord:
-        check_new_name("name", name, "an experiment name", max_length=_MAX_NAME)
+        check_new_name("name", name, "an experiment name", max_length=MAX_NAME)
         check_text("data_fingerprint", data_fingerprint, "a data fingerprint", optional=True)
         values = {
             "name": name,

@@ -20,8 +20,6 @@ SCHEMA_VERSION = 2
 
 # Key of the PostgreSQL advisory lock that serializes schema creation/migration.
 _MIGRATION_LOCK_KEY = 0x646D6C73  # "dmls"
-# Length of name columns (experiments, models, aliases, tag keys): the store contract's.
-_MAX_NAME = MAX_NAME
 
 metadata = sa.MetaData()
 
@@ -44,7 +42,7 @@ experiments = sa.Table(
     "experiments",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("name", sa.String(_MAX_NAME), nullable=False),
+    sa.Column("name", sa.String(MAX_NAME), nullable=False),
     sa.Column("status", sa.String(64), nullable=False),
     sa.Column("created", sa.Double, nullable=False),
     sa.Column("config", sa.Text, nullable=False),
@@ -88,7 +86,7 @@ models = sa.Table(
     "models",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("name", sa.String(_MAX_NAME), nullable=False),
+    sa.Column("name", sa.String(MAX_NAME), nullable=False),
     sa.Column("created", sa.Double, nullable=False),
     # Highest version ever handed out; versions are never reused after a delete.
     sa.Column("last_version", sa.Integer, nullable=False),
@@ -124,7 +122,7 @@ aliases = sa.Table(
     sa.Column(
         "model_id", sa.Integer, sa.ForeignKey("models.id", ondelete="CASCADE"), nullable=False
     ),
-    sa.Column("alias", sa.String(_MAX_NAME), nullable=False),
+    sa.Column("alias", sa.String(MAX_NAME), nullable=False),
     sa.Column(
         "version_id",
         sa.Integer,
@@ -144,7 +142,7 @@ version_tags = sa.Table(
         sa.ForeignKey("model_versions.id", ondelete="CASCADE"),
         nullable=False,
     ),
-    sa.Column("key", sa.String(_MAX_NAME), nullable=False),
+    sa.Column("key", sa.String(MAX_NAME), nullable=False),
     sa.Column("value", sa.Text, nullable=False),
     sa.PrimaryKeyConstraint("version_id", "key", name="pk_version_tags"),
 )
@@ -159,7 +157,7 @@ version_metrics = sa.Table(
         sa.ForeignKey("model_versions.id", ondelete="CASCADE"),
         nullable=False,
     ),
-    sa.Column("key", sa.String(_MAX_NAME), nullable=False),
+    sa.Column("key", sa.String(MAX_NAME), nullable=False),
     sa.Column("value", sa.Double, nullable=False),
     sa.PrimaryKeyConstraint("version_id", "key", name="pk_version_metrics"),
     sa.Index("ix_version_metrics_key_value", "key", "value"),

@@ -15,8 +15,7 @@ from typing import Any, overload
 
 from ..exceptions import InvalidParameterError
 from ._base import ModelVersionRecord
-from ._checks import INT32_MAX, check_count, check_text
-from ._sql_schema import _MAX_NAME
+from ._checks import INT32_MAX, MAX_NAME, check_count, check_text
 
 # -- JSON ------------------------------------------------------------------------------------
 
@@ -91,14 +90,14 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _check_name(param: str, value: object, max_length: int = _MAX_NAME) -> None:
+def _check_name(param: str, value: object, max_length: int = MAX_NAME) -> None:
     # PostgreSQL would refuse an over-long VARCHAR where SQLite stores it: refuse it on both.
     check_text(param, value, "a name", max_length=max_length)
 
 
 def _check_experiment_key(param: str, value: object) -> None:
     if isinstance(value, str):
-        check_text(param, value, "an experiment name", max_length=_MAX_NAME)
+        check_text(param, value, "an experiment name", max_length=MAX_NAME)
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidParameterError(
@@ -113,9 +112,9 @@ def _check_model_args(model: object, version: object = None, alias: object = Non
     hint = ""
     if isinstance(model, ModelVersionRecord):
         hint = " (for a ModelVersionRecord, pass record.model and version=record.version)"
-    check_text("model", model, "a model name", max_length=_MAX_NAME, hint=hint)
+    check_text("model", model, "a model name", max_length=MAX_NAME, hint=hint)
     check_count("version", version, "a version number", minimum=1, maximum=INT32_MAX, optional=True)
-    check_text("alias", alias, "an alias name", max_length=_MAX_NAME, optional=True)
+    check_text("alias", alias, "an alias name", max_length=MAX_NAME, optional=True)
 
 
 def _check_paging(offset: object, limit: object) -> None:
