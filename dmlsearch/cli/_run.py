@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from .._errors import error_headline
 from ._common import _console, _deleted, _echo_json, _fail, _probe_registry, _registry_url
 
 
@@ -105,7 +106,7 @@ def _no_trial_completed(search: Any, result: dict[str, Any]) -> str | None:
     if not trials or any(t.state == "complete" for t in trials):
         return None
     first = next((t.error for t in trials if t.error), None)
-    reason = _last_line(first) if first else "no error was recorded"
+    reason = error_headline(first) if first else "no error was recorded"
     registered = ""
     if result["model"] is not None:
         model = result["model"]
@@ -117,12 +118,6 @@ def _no_trial_completed(search: Any, result: dict[str, Any]) -> str | None:
         f"error: no trial completed: {result['failed']} of {result['n_trials']} trials "
         f"failed, so there is no best score{registered}. The first error: {reason}"
     )
-
-
-def _last_line(error: str) -> str:
-    """The exception line of a worker's traceback (its last non-empty line)."""
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else error.strip()
 
 
 def _ensemble_row(record: Any, oof_score: float | None = None) -> dict[str, Any]:
