@@ -147,6 +147,41 @@ def test_xgboost_models_use_their_native_format(registry, data):
     )
 
 
+def test_a_loaded_xgboost_estimator_has_the_registered_hyperparameters(registry, data):
+    """xgboost's file keeps the trees, not n_estimators or max_depth: a loaded model that
+    had xgboost's defaults would refit into another model."""
+    xgboost = pytest.importorskip("xgboost")
+    from sklearn.base import clone
+
+    X, y = data
+    clf = xgboost.XGBClassifier(
+        n_estimators=7, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
+    ).fit(X, y)
+    registry.register_model("xgb-params", clf)
+    loaded = registry.load_model("xgb-params")
+    for name in ("n_estimators", "max_depth", "learning_rate", "subsample", "random_state"):
+        assert loaded.get_params()[name] == clf.get_params()[name], name
+    np.testing.assert_array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+    refit = clone(loaded).fit(X, y)
+    assert refit.get_booster().num_boosted_rounds() == 7
+    np.testing.assert_allclose(refit.predict_proba(X), clf.predict_proba(X), rtol=1e-6)
+
+
+def test_an_xgboost_parameter_that_is_not_plain_data_is_named_on_load(registry, data):
+    xgboost = pytest.importorskip("xgboost")
+    X, y = data
+
+    def error_rate(y_true, y_score):
+        return float(np.mean((y_score > 0.5) != y_true))
+
+    clf = xgboost.XGBClassifier(n_estimators=3, eval_metric=error_rate).fit(X, y)
+    registry.register_model("xgb-callable", clf)
+    with pytest.warns(UserWarning, match="eval_metric"):
+        loaded = registry.load_model("xgb-callable")
+    assert loaded.get_params()["n_estimators"] == 3
+    np.testing.assert_array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+
+
 def test_register_load_alias_delete_gc(registry, data):
     X, y = data
     model = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y)

@@ -26,7 +26,8 @@ def is_skorch_net(model: Any) -> bool:
     return skorch is not None and isinstance(model, skorch.NeuralNet)
 
 
-def _plain(value: Any) -> bool:
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is plain JSON data that metadata can hold (no NaN, no objects)."""
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
@@ -54,12 +55,12 @@ def dump_net(net: Any) -> tuple[bytes, dict[str, Any]]:
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    params = {k: v for k, v in net.get_params(deep=False).items() if _plain(v)}
+    params = {k: v for k, v in net.get_params(deep=False).items() if is_plain(v)}
     # Fitted attributes that are plain data (a regressor's target shape, the seed).
     fitted = {
         k: v
         for k, v in vars(net).items()
-        if k.endswith("_") and not k.startswith("_") and k != "initialized_" and _plain(v)
+        if k.endswith("_") and not k.startswith("_") and k != "initialized_" and is_plain(v)
     }
     return buffer.getvalue(), {"class": _class_path(net), "params": params, "fitted": fitted}
 

@@ -18,11 +18,12 @@ import os
 import pickle
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import DmlsearchError
-from ._skorch import SKORCH_NET, dump_net, is_skorch_net, load_net
+from ._skorch import SKORCH_NET, dump_net, is_plain, is_skorch_net, load_net
 
 __all__ = ["FormatError", "Serialized", "dump_model", "load_model"]
 
@@ -88,7 +89,8 @@ def dump_model(model: Any, *, allow_pickle: bool = False) -> Serialized:
             model.save_model(path)
             with open(path, "rb") as fh:
                 data = fh.read()
-        return Serialized(data, XGBOOST_UBJ, meta={"kind": kind, "class": _class_path(model)})
+        meta = {"kind": kind, "class": _class_path(model), **_xgb_params(model)}
+        return Serialized(data, XGBOOST_UBJ, meta=meta)
     if is_skorch_net(model):
         data, meta = dump_net(model)
         return Serialized(data, SKORCH_NET, meta=meta)
@@ -106,6 +108,59 @@ def dump_model(model: Any, *, allow_pickle: bool = False) -> Serialized:
         f"no safe format for {type(model).__name__}: dmlsearch saves scikit-learn estimators "
         "(skops), xgboost models and torch modules; pass allow_pickle=True to pickle it"
     )
+
+
+def _xgb_params(model: Any) -> dict[str, Any]:
+    """The metadata that gives a loaded xgboost estimator its hyperparameters back: xgboost's
+    own file keeps the trees but not ``n_estimators``, ``max_depth``, ..., so a loaded model
+    would otherwise refit with xgboost's defaults. ``params`` are the plain ones;
+    ``unsaved_params`` names those set to something that is not plain data (a callable
+    objective or metric, callbacks)."""
+    defaults = type(model)().get_params(deep=False)
+    params: dict[str, Any] = {}
+    unsaved = []
+    for name, value in model.get_params(deep=False).items():
+        if is_plain(value):
+            params[name] = value
+        elif not _same(value, defaults.get(name)):
+            unsaved.append(name)
+    return {"params": params, "unsaved_params": unsaved} if unsaved else {"params": params}
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether a parameter holds its default (NaN, ``missing``'s default, included)."""
+    if value is default:
+        return True
+    if isinstance(value, float) and isinstance(default, float):
+        return value == default or (value != value and default != default)
+    try:
+        return bool(value == default)
+    except Exception:  # arrays and other objects without a plain truth value
+        return False
+
+
+def _load_xgb_estimator(serialized: Serialized) -> Any:
+    import xgboost
+
+    cls = _import_class(serialized.meta["class"])
+    if not (isinstance(cls, type) and issubclass(cls, xgboost.XGBModel)):
+        raise FormatError(f"{serialized.meta['class']} is not an xgboost model class")
+    model = cls().set_params(**serialized.meta.get("params", {}))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.ubj")
+        with open(path, "wb") as fh:
+            fh.write(serialized.data)
+        model.load_model(path)
+    unsaved = serialized.meta.get("unsaved_params")
+    if unsaved:
+        warnings.warn(
+            f"this {cls.__name__} was registered with parameters that are not plain data "
+            f"({', '.join(unsaved)}): it predicts as registered, but those parameters are "
+            "xgboost's defaults now; set them again before refitting it",
+            UserWarning,
+            stacklevel=3,
+        )
+    return model
 
 
 def _dump_skops(model: Any, allow_pickle: bool) -> Serialized:
@@ -177,16 +232,7 @@ def load_model(serialized: Serialized, *, allow_pickle: bool = False, module: An
             booster = xgboost.Booster()
             booster.load_model(bytearray(serialized.data))
             return booster
-        cls = _import_class(serialized.meta["class"])
-        if not (isinstance(cls, type) and issubclass(cls, xgboost.XGBModel)):
-            raise FormatError(f"{serialized.meta['class']} is not an xgboost model class")
-        model = cls()
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "model.ubj")
-            with open(path, "wb") as fh:
-                fh.write(serialized.data)
-            model.load_model(path)
-        return model
+        return _load_xgb_estimator(serialized)
     if fmt == TORCH_STATE_DICT:
         import torch
 
