@@ -36,6 +36,7 @@ __all__ = [
     "drop_run",
     "fold_rows_key",
     "matrix_stats",
+    "stops_early",
 ]
 
 #: Matrices (and folds' rows) kept per worker process (a few searches' folds), least
@@ -216,6 +217,13 @@ def cached_train_matrix(model: Any, key: Hashable | None, X: Any) -> Iterator[No
         model.__dict__.pop("_create_dmatrix", None)
 
 
+def stops_early(model: Any) -> bool:
+    """Whether xgboost model ``model`` stops early on ``fit``'s ``eval_set``
+    (``early_stopping_rounds``): its rounds then follow that one ``fit``'s validation
+    history, which boosting on from its booster does not have."""
+    return getattr(model, "early_stopping_rounds", None) is not None
+
+
 def boost_in_place(model: Any, key: Hashable | None, rounds: int) -> bool:
     """Add ``rounds`` boosting rounds to ``model``'s own booster; False if it cannot.
 
@@ -231,7 +239,7 @@ def boost_in_place(model: Any, key: Hashable | None, rounds: int) -> bool:
         return False
     if (
         getattr(model, "callbacks", None)
-        or getattr(model, "early_stopping_rounds", None) is not None
+        or stops_early(model)
         or callable(getattr(model, "objective", None))
         or callable(getattr(model, "eval_metric", None))
     ):

@@ -215,16 +215,22 @@ def _step_of(estimator: Any, param: str) -> Any:
 
 
 def _stops_early(estimator: Any, param: str, X: Any) -> bool:
-    """Whether the model owning ``param`` stops on a validation split of its own.
+    """Whether the model owning ``param`` stops early on validation data.
 
     Gradient boosting's ``n_iter_no_change``, ``early_stopping=True`` (HistGradientBoosting
     and the SGD family, MLP), HistGradientBoosting's ``"auto"`` past 10,000 rows: a
     warm-started fit forgets its early-stopping history and trains past where a fit from
-    scratch stops, so a continued step would not be the model of its resource.
+    scratch stops, so a continued step would not be the model of its resource. xgboost's
+    ``early_stopping_rounds`` likewise: boosted on from a booster that stopped, it adds
+    rounds past the stop, with a validation history of their own.
     """
     from sklearn.ensemble import GradientBoostingClassifier, GradientBoostingRegressor
 
     step = _step_of(estimator, param)
+    if is_xgboost(step):
+        from ._xgb_matrices import stops_early
+
+        return stops_early(step)
     flag = getattr(step, "early_stopping", False)
     if flag is True or (flag == "auto" and _num_samples(X) > 10_000):
         return True
@@ -360,9 +366,10 @@ def train_param(
     ``n_estimators`` (boosting rounds) continue from the previous booster, the same model
     as ``resource`` rounds at once; a skorch net's ``max_epochs`` train ``resource -
     previous`` more epochs on its module (:func:`is_torch_net`). Otherwise (a model that
-    stops early on a validation split of its own included) the model is refitted with
-    ``param = resource``. ``matrix_key`` names ``(X, y)`` (a search's fold):
-    an xgboost model's training matrix is then built once per key on this worker.
+    stops early on validation data included: xgboost's ``early_stopping_rounds`` too) the
+    model is refitted with ``param = resource``. ``matrix_key`` names ``(X, y)`` (a
+    search's fold): an xgboost model's training matrix is then built once per key on this
+    worker.
 
     ``consume``: the caller gives ``state`` up (a worker's cached fold model, taken out of
     its cache), so an xgboost model with ``matrix_key`` trains on in place, on its own
@@ -374,7 +381,8 @@ def train_param(
     fit_params = dict(fit_params or {})
     if _torch_epochs(state, param):
         return _train_epochs(state, X, y, resource, previous, param, fit_params)
-    if _xgboost_rounds(state, param) and previous > 0 and _is_fitted(state):
+    goes_on = previous > 0 and _is_fitted(state) and not _stops_early(state, param, X)
+    if _xgboost_rounds(state, param) and goes_on:
         if resource == previous:
             return TrainStep(copy.deepcopy(state), resource, previous, True, 0)
         if (
@@ -387,7 +395,7 @@ def train_param(
         return _continue_xgboost(state, X, y, resource, previous, param, fit_params, matrix_key)
     warm = _warm_start_key(param)
     has_warm = warm in state.get_params(deep=True)
-    if has_warm and previous > 0 and _is_fitted(state) and not _stops_early(state, param, X):
+    if has_warm and goes_on:
         model = copy.deepcopy(state)
         if resource == previous:
             return TrainStep(model, resource, previous, True, 0)

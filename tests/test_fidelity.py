@@ -411,8 +411,9 @@ def test_xgboost_boosts_in_place_only_where_fit_would_do_nothing_more() -> None:
         assert first.estimator.get_booster().num_boosted_rounds() == 2  # the state kept
 
 
-def _xgb_rung_context(run: str) -> tuple[Any, Any]:
-    """A worker's context for rung steps of a 3-fold xgboost search of X, Y; and the data."""
+def _xgb_rung_context(run: str, **params: Any) -> tuple[Any, Any]:
+    """A worker's context for rung steps of a 3-fold xgboost search of X, Y; and the data
+    (``params``: more parameters of the model, and ``fit_params`` of the search)."""
     xgboost = pytest.importorskip("xgboost")
     from sklearn.metrics import check_scoring
     from sklearn.model_selection import StratifiedKFold
@@ -420,13 +421,16 @@ def _xgb_rung_context(run: str) -> tuple[Any, Any]:
     from dmlsearch._evaluate import EvalContext, SearchData
     from dmlsearch._rungs import RungContext
 
-    base = xgboost.XGBClassifier(max_depth=3, tree_method="hist", random_state=0, n_jobs=1)
+    fit_params = params.pop("fit_params", {})
+    params = {"max_depth": 3, "tree_method": "hist", "random_state": 0, "n_jobs": 1, **params}
+    base = xgboost.XGBClassifier(**params)
     evaluation = EvalContext(
         estimator=base, scorer=check_scoring(base), multimetric=False,
         splits=list(StratifiedKFold(3).split(X, Y)), error_score=np.nan,
         return_train_score=True, trial_timeout=None,
     )  # fmt: skip
-    return RungContext(evaluation, "n_estimators", run, 0, np.unique(Y)), SearchData(X, Y, {})
+    context = RungContext(evaluation, "n_estimators", run, 0, np.unique(Y))
+    return context, SearchData(X, Y, fit_params)
 
 
 def test_a_worker_continues_xgboost_rung_steps_in_place_as_one_fit() -> None:
@@ -450,6 +454,55 @@ def test_xgboost_from_an_unfitted_state_refits() -> None:
     step = train_param(_xgb(), X, Y, 5, previous=2, param="n_estimators")
     assert (step.continued, step.work) == (False, 5)
     assert step.estimator.get_booster().num_boosted_rounds() == 5
+
+
+#: Validation rows of another problem: a model stopping early on them stops within a few
+#: rounds, where boosting on from its booster would add rounds past the stop.
+X_EVAL, Y_EVAL = make_classification(n_samples=120, n_features=8, n_informative=5, random_state=1)
+STOPS_EARLY = {"early_stopping_rounds": 1, "learning_rate": 1.0, "max_depth": 5}
+
+
+@pytest.mark.parametrize("case", ["classifier", "regressor", "pipeline"])
+def test_xgboost_that_stops_early_refits_to_the_model_of_its_rounds(case: str) -> None:
+    # Found by a probe: boosted on from a booster that had stopped at round 2, the
+    # "6-round" model held 4 rounds, another model than 6 rounds at once (which stop at 2).
+    xgboost = pytest.importorskip("xgboost")
+    kind = xgboost.XGBRegressor if case == "regressor" else xgboost.XGBClassifier
+    model = kind(tree_method="hist", random_state=0, n_jobs=1, **STOPS_EARLY)
+    param, fit = "n_estimators", {"eval_set": [(X_EVAL, Y_EVAL)], "verbose": False}
+    if case == "pipeline":
+        model, param = make_pipeline(StandardScaler(), model), "xgbclassifier__n_estimators"
+        fit = {f"xgbclassifier__{name}": value for name, value in fit.items()}
+
+    def booster(fitted: Any) -> Any:
+        return (fitted[-1] if case == "pipeline" else fitted).get_booster()
+
+    first = train_param(model, X, Y, 2, param=param, fit_params=fit)
+    before = booster(first.estimator).save_raw()
+    step = train_param(first.estimator, X, Y, 6, 2, param=param, fit_params=fit)
+    once = train_param(model, X, Y, 6, param=param, fit_params=fit)
+    assert (step.continued, step.work) == (False, 6) == (once.continued, once.work)
+    assert step.estimator is not first.estimator and step.estimator.get_params()[param] == 6
+    rounds = [booster(m).num_boosted_rounds() for m in (step.estimator, once.estimator)]
+    assert rounds[0] == rounds[1] < 6  # it stopped there, with no rounds past the stop
+    assert booster(first.estimator).save_raw() == before  # the state is not changed
+    predict = "predict" if case == "regressor" else "predict_proba"
+    got, want = (getattr(m, predict)(X) for m in (step.estimator, once.estimator))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_worker_refits_xgboost_rung_steps_that_stop_early() -> None:
+    from dmlsearch._rungs import RungSpec, drop_states, run_rung_step
+
+    fit = {"eval_set": [(X_EVAL, Y_EVAL)], "verbose": False}
+    context, data = _xgb_rung_context("rung-stops-early", **STOPS_EARLY, fit_params=fit)
+    params = {"reg_lambda": 2.0}
+    for rung, (start, resource) in enumerate(((0, 1), (1, 3), (3, 9))):
+        step = run_rung_step(data, context, RungSpec(0, params, 0, rung, resource, start), "w")
+        assert not step.continued and step.work == resource
+    at_once = run_rung_step(data, context, RungSpec(1, params, 0, 0, 9), "w")
+    assert (step.test_scores, step.train_scores) == (at_once.test_scores, at_once.train_scores)
+    assert drop_states("rung-stops-early", dask_worker=SimpleNamespace(address="w")) == 2
 
 
 def _asha_counts_each_unit_once(estimator: Any, space: Any, **search: Any) -> tuple[Any, int]:
