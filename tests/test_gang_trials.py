@@ -94,16 +94,21 @@ def test_inputs_a_gang_cannot_split_as_they_are_are_refused_before_any_work(clie
 
     X, y = data
     frame = pd.DataFrame(X).assign(city=pd.Categorical(np.where(y > 0, "r", "s")))
+    words = np.where(y > 0, "yes", "no")
     cases = [
-        (scipy.sparse.csr_matrix(X), r"sparse matrix: pass X.toarray\(\)"),
-        (frame, r"columns 'city' \(category\)"),
-        (X.astype(str), "dtype <U"),
+        (scipy.sparse.csr_matrix(X), y, "X", r"sparse matrix: pass X.toarray\(\)"),
+        (frame, y, "X", r"columns 'city' \(category\)"),
+        (X.astype(str), y, "X", "dtype <U"),
+        # Text labels failed on a worker, in each fold ("Unicode-3 is not supported").
+        (X, words, "y", r"y has dtype <U3: .*LabelEncoder"),
+        (X, pd.Series(words, dtype="category"), "y", "y has dtype category: .*LabelEncoder"),
     ]
-    for X_bad, text in cases:
+    for X_bad, y_bad, param, text in cases:
         xgb = xgboost.XGBClassifier(n_estimators=2, enable_categorical=True)
         search = SearchCV(xgb, {"max_depth": [2]}, cv=2, client=client, workers_per_trial=2)
-        with pytest.raises(InvalidParameterError, match=text):
-            search.fit(X_bad, y)
+        with pytest.raises(InvalidParameterError, match=text) as info:
+            search.fit(X_bad, y_bad)
+        assert info.value.param == param
         assert not hasattr(search, "trials_")
 
 

@@ -131,11 +131,21 @@ def check_data_parallel_refit(estimator: Any) -> None:
         check_data_parallel(estimator)
 
 
-def _check_gang_parts(X: Any) -> None:
+def _check_gang_parts(X: Any, y: Any) -> None:
     """InvalidParameterError for an ``X`` that :func:`_parts` cannot split into dense
     NumPy parts as it is: a sparse matrix, or text and categorical columns (their dtype
-    would be lost, and xgboost fail on a worker or train on codes as numbers)."""
+    would be lost, and xgboost fail on a worker or train on codes as numbers); or for
+    labels ``y`` that are not numbers (xgboost's Dask engine fails on them on a worker)."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if y is not None and np.asarray(y).dtype.kind not in "biuf":
+        raise InvalidParameterError(
+            "y",
+            f"workers_per_trial > 1 trains with xgboost's Dask engine, which takes labels "
+            f"as numbers, and y has dtype {getattr(y, 'dtype', np.asarray(y).dtype)}: "
+            "encode them first, e.g. y = sklearn.preprocessing.LabelEncoder()"
+            ".fit_transform(y) (its inverse_transform maps predictions back)",
+        )
 
     hint = "or use workers_per_trial=1, which takes it as it is"
     if hasattr(X, "tocsr"):
@@ -361,7 +371,7 @@ class GangTrialRunner:
 
             check_X(data.X)
         else:
-            _check_gang_parts(data.X)
+            _check_gang_parts(data.X, data.y)
 
     def _check_cluster(self) -> int:
         n_workers = len(alive_workers(self.client))
