@@ -5,7 +5,9 @@ workers wait forever for their other halves. Here a job is admitted only when it
 all its k workers at once: admission runs under one cluster-wide :class:`distributed.Lock`
 and records the reservation on the scheduler (task metadata), so every driver on the
 cluster sees which workers a gang holds. A job that finds too few free workers waits for a
-gang to end; one that asks for more workers than the cluster has fails at once.
+gang to end; one that asks for more workers than the cluster has fails at once (a search,
+which checked the cluster before its first trial, waits instead for a lost worker to
+come back: ``reserve(while_short=...)``).
 
 Each rank runs as one task pinned to its worker (``workers=[w]``,
 ``allow_other_workers=False``, ``pure=False``), submitted once every worker has a thread
@@ -107,21 +109,18 @@ def _admission(client: Client) -> Iterator[None]:
         lock.release()
 
 
-def _try_admit(client: Client, k: int, gang_id: str, name: str) -> list[str] | None:
-    """Under the lock: the k workers reserved for the gang, or None if too few are free."""
+def _try_admit(client: Client, k: int, gang_id: str, name: str) -> list[str] | int:
+    """Under the lock: the k workers reserved for the gang, or, if too few are free, the
+    number of workers the cluster has (paused ones included)."""
     total = len(alive_workers(client, running=False))
     if total < k:
-        raise InvalidParameterError(
-            "n_workers",
-            f"{name} needs {k} workers at once but the cluster has {total}; "
-            f"ask for at most {total} or add workers",
-        )
+        return total
     alive = alive_workers(client)  # a paused worker (memory) is waited for, not chosen
     gangs = _live_reservations(client)
     taken = {w for rec in gangs.values() for w in rec.get("workers", ())}
     free = [w for w in sorted(alive) if w not in taken]
     if len(free) < k:
-        return None
+        return total
     chosen = free[:k]
     gangs[gang_id] = {"workers": chosen, "client": str(client.id), "name": name}
     client.set_metadata(METADATA_KEY, gangs)
@@ -331,17 +330,28 @@ def _wait_for_a_worker(client: Client, k: int, name: str) -> None:
 
 @contextlib.contextmanager
 def reserve(
-    client: Client, k: int, *, name: str = "gang", wait_timeout: float | None = None
+    client: Client,
+    k: int,
+    *,
+    name: str = "gang",
+    wait_timeout: float | None = None,
+    while_short: Callable[[int], None] | None = None,
 ) -> Iterator[Gang]:
     """Reserve ``k`` running workers at once for a collective job; released on exit.
 
     Raises :class:`~dmlsearch.exceptions.InvalidParameterError` at once if the cluster has
     fewer than ``k`` workers, and :class:`GangError` if ``k`` are not free within
     ``wait_timeout`` seconds (``None``: wait for as long as other gangs hold them).
+
+    ``while_short``: for a caller that checked the cluster's size before (a search): a
+    cluster that has fewer than ``k`` workers now (one was lost; its nanny restarts it)
+    is waited for like a busy one, and ``while_short(n_workers)`` is called at each try
+    meanwhile, to raise when the wait should end. No InvalidParameterError then.
     """
     if not isinstance(k, int) or k < 1:
         raise InvalidParameterError("n_workers", f"must be an int >= 1, got {k!r}")
-    _wait_for_a_worker(client, k, name)
+    if while_short is None:
+        _wait_for_a_worker(client, k, name)
     gang_id = uuid.uuid4().hex[:12]
     started = time.monotonic()
     delay = 0.1
@@ -349,8 +359,16 @@ def reserve(
     while True:
         with _admission(client):
             chosen = _try_admit(client, k, gang_id, name)
-        if chosen is not None:
+        if isinstance(chosen, list):
             break
+        if chosen < k:
+            if while_short is None:
+                raise InvalidParameterError(
+                    "n_workers",
+                    f"{name} needs {k} workers at once but the cluster has {chosen}; "
+                    f"ask for at most {chosen} or add workers",
+                )
+            while_short(chosen)
         if wait_timeout is not None and time.monotonic() - started > wait_timeout:
             raise GangError(
                 f"{name}: {k} workers were not free within wait_timeout={wait_timeout} s "

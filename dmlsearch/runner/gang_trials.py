@@ -20,12 +20,17 @@ A collective hangs when a worker leaves mid-training; here the driver watches th
 lost worker ends the trial within seconds, recorded ``failed`` with
 :class:`~dmlsearch.exceptions.GangWorkerLostError` naming the worker, and the search goes
 on. The collective's own timeout (``collective_timeout``) frees the surviving ranks.
+While the cluster has fewer than k workers (a nanny restarting the lost one), the trials
+wait for it, all on one clock (:class:`_Shortage`); after ``dmlsearch.no-workers-timeout``
+seconds the search ends with :class:`~dmlsearch.exceptions.NoWorkersError`, as a search
+whose cluster has no worker does; the trials that finished stay recorded.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
+import logging
 import os
 import sys
 import tempfile
@@ -35,6 +40,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import dask
 import numpy as np
 from distributed import Client
 from sklearn.base import clone
@@ -59,6 +65,8 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+
+logger = logging.getLogger("dmlsearch")
 
 #: Seconds a fold's training may go on after a gang worker left before it is given up.
 LOSS_GRACE = 5.0
@@ -266,6 +274,50 @@ def _lost_error(gang: Gang, worker: str) -> GangWorkerLostError:
     )
 
 
+class _Shortage:
+    """One clock for a run's wait on a cluster that has fewer than k workers (one was
+    lost; its nanny restarts it): every trial that waits for a gang meanwhile shares it,
+    so they wait ``timeout`` seconds together, not one after the other; past it, each
+    raises NoWorkersError, which ends the search."""
+
+    def __init__(self, k: int, name: str, timeout: float) -> None:
+        self.k = k
+        self.name = name
+        self.timeout = timeout
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    def wait(self, n_workers: int) -> None:
+        """The cluster has ``n_workers`` < k: NoWorkersError once it has had fewer than k
+        for ``timeout`` seconds (``reserve``'s ``while_short``)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._since is None:
+                self._since = now
+                logger.warning(
+                    "dmlsearch: %s: the cluster has %d workers, fewer than the %d a trial "
+                    "trains on; trials wait for workers up to %.0f s "
+                    "(dmlsearch.no-workers-timeout)",
+                    self.name,
+                    n_workers,
+                    self.k,
+                    self.timeout,
+                )
+            elif now - self._since > self.timeout:
+                raise NoWorkersError(
+                    f"{self.name}: each trial trains on {self.k} workers at once and the "
+                    f"cluster has had fewer ({n_workers}) for {self.timeout:.0f} s "
+                    "(dmlsearch.no-workers-timeout), so the search cannot go on; start "
+                    "workers (or check why they die) and run it again (finished trials "
+                    "stay recorded)"
+                )
+
+    def over(self) -> None:
+        """A gang was admitted: the cluster has k workers again."""
+        with self._lock:
+            self._since = None
+
+
 class GangTrialRunner:
     """Runs a search's trials as gangs of ``workers_per_trial`` workers.
 
@@ -295,6 +347,8 @@ class GangTrialRunner:
         self.observer = observer
         self.name = name
         self.stats = RunStats()
+        timeout = float(dask.config.get("dmlsearch.no-workers-timeout", 60.0))
+        self._shortage = _Shortage(workers_per_trial, name, timeout)
 
     def run(
         self,
@@ -453,32 +507,20 @@ class GangTrialRunner:
     ) -> R:
         """``work`` on a gang reserved for it (once the cluster has k workers), or
         ``failed(error)`` when a gang worker was lost or ``work`` raised (which re-raises
-        with ``error_score="raise"``)."""
+        with ``error_score="raise"``). NoWorkersError (the cluster has had fewer than k
+        workers too long) is no trial's failure: it ends the search."""
         try:
-            self._wait_for_workers(name)
-            with reserve(self.client, self.k, name=name) as gang:
+            with reserve(self.client, self.k, name=name, while_short=self._shortage.wait) as gang:
+                self._shortage.over()
                 return work(gang)
         except GangWorkerLostError as exc:
             return failed(f"GangWorkerLostError: {exc}")
+        except NoWorkersError:
+            raise
         except Exception:
             if error_score == "raise":
                 raise
             return failed(traceback.format_exc())
-
-    def _wait_for_workers(self, name: str) -> None:
-        """Wait while a lost worker comes back (a nanny restarts it), up to the Dask config
-        ``dmlsearch.no-workers-timeout``; then NoWorkersError."""
-        import dask
-
-        timeout = float(dask.config.get("dmlsearch.no-workers-timeout", 60.0))
-        ends = time.monotonic() + timeout
-        while len(alive_workers(self.client)) < self.k:
-            if time.monotonic() > ends:
-                raise NoWorkersError(
-                    f"{name} needs {self.k} workers at once but the cluster has had fewer "
-                    f"for {timeout:.0f} s (dmlsearch.no-workers-timeout)"
-                )
-            time.sleep(0.2)
 
     def _fold_fitter(self, gang: Gang, estimator: Any, spec: TrialSpec) -> Callable[..., Any]:
         """``fit(X_train, y_train)``: one fold trained on the gang, fitted on the driver."""
