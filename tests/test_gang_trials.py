@@ -88,6 +88,21 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
         assert not hasattr(search, "trials_")
 
 
+def test_early_stopping_is_refused_as_not_available_with_gangs(client, data):
+    # It said only "takes no fit parameters, got ['eval_set']", after the check of
+    # early_stopping_rounds had asked for that eval_set.
+    X, y = data
+    search = SearchCV(
+        xgboost.XGBClassifier(n_estimators=5, early_stopping_rounds=2), {"max_depth": [2]},
+        cv=2, client=client, workers_per_trial=2, progress=False,
+    )  # fmt: skip
+    with pytest.raises(
+        InvalidParameterError, match=r"early stopping .*is not available with workers_per_trial"
+    ):
+        search.fit(X, y, eval_set=[(X[:50], y[:50])])
+    assert not hasattr(search, "trials_")
+
+
 def test_inputs_a_gang_cannot_split_as_they_are_are_refused_before_any_work(client, data):
     import pandas as pd
     import scipy.sparse

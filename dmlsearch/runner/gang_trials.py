@@ -416,9 +416,17 @@ class GangTrialRunner:
     @staticmethod
     def _check_data(data: SearchData, estimator: Any) -> None:
         if data.fit_params:
+            names = sorted(data.fit_params)
+            why = ""
+            if any(name.endswith("eval_set") for name in names):
+                why = (
+                    ": xgboost's early stopping (on an eval_set) is not available with "
+                    "workers_per_trial > 1; drop early_stopping_rounds and eval_set and let "
+                    "a scheduler stop poor trials (scheduler='asha', "
+                    "resource='n_estimators'), or use workers_per_trial=1"
+                )
             raise InvalidParameterError(
-                "fit_params",
-                f"workers_per_trial > 1 takes no fit parameters, got {sorted(data.fit_params)}",
+                "fit_params", f"workers_per_trial > 1 takes no fit parameters, got {names}{why}"
             )
         if is_torch_estimator(estimator):
             from ..training._gang_fold import check_X
