@@ -86,7 +86,7 @@ def test_a_worker_missing_at_admission_is_waited_for_and_the_trial_completes(
             reduction_factor=2,
         ).fit(X, y)  # fmt: skip
     assert [(t.state, t.error) for t in search.trials_] == [("complete", None)] * 3
-    assert "the cluster has 1 workers, fewer than the 2" in caplog.text  # it did wait
+    assert "the cluster has fewer workers (1) than the 2" in caplog.text  # it did wait
     assert all(len(t.worker.split("+")) == 2 for t in search.trials_)
 
 

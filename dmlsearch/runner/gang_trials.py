@@ -295,7 +295,7 @@ class _Shortage:
             if self._since is None:
                 self._since = now
                 logger.warning(
-                    "dmlsearch: %s: the cluster has %d workers, fewer than the %d a trial "
+                    "dmlsearch: %s: the cluster has fewer workers (%d) than the %d a trial "
                     "trains on; trials wait for workers up to %.0f s "
                     "(dmlsearch.no-workers-timeout)",
                     self.name,
