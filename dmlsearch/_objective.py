@@ -194,7 +194,8 @@ def run_objectives(
 
 
 class ObjectiveKind(UnitKind[ObjectiveSpec, ObjectiveOutcome]):
-    """A trial of a user objective: one per task, so a pruner decides on fresh values."""
+    """A trial of a user objective: one per task with a pruner, so it decides on fresh
+    values; without one, cheap trials are packed several to a task."""
 
     name = "objective"
 

@@ -310,8 +310,10 @@ def optimize(
         objective=objective, space=space, search_space=search_space, strategy=strategy,
         scheduler=scheduler, pruner=pruner, direction=direction, n_trials=n_trials, seed=seed,
     )  # fmt: skip
+    # A pruner judges each report as it comes: a trial waiting in a batch behind others
+    # would be judged late. Without one, tiny trials are packed as SearchCV's are.
     policy = UnitPolicy(
-        max_retries=max_retries, timeout=trial_timeout, batchable=False,
+        max_retries=max_retries, timeout=trial_timeout, batchable=pruner is None,
         timeout_name="trial_timeout",
     )  # fmt: skip
     setup = _Setup(

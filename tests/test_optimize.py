@@ -270,6 +270,8 @@ def test_a_quadratic_objective_finds_its_optimum_region(cluster: Any, client: An
     assert result.best_value == max(t.value for t in result.trials)  # type: ignore[type-var]
     frame = result.trials_dataframe()
     assert list(frame["number"]) == list(range(40)) and "params_x" in frame
+    # Without a pruner, tiny trials are packed several to a task, as SearchCV's are.
+    assert sum(result.stats.batch_sizes) == 40 and max(result.stats.batch_sizes) > 1
 
     def distance(params: dict[str, Any], trial: Trial) -> float:
         return (params["x"] - 2.0) ** 2
@@ -352,6 +354,9 @@ def test_median_stopping_stops_poor_trials(client: Any) -> None:
     steps = sum(len(t.intermediate) for t in result.trials)
     assert steps < len(xs) * STEPS
     assert result.best_trial.state == "complete" and result.best_params["x"] == 2.0
+    # A pruner judges each report as it comes: one trial per task, never one queued
+    # in a batch behind another.
+    assert set(result.stats.batch_sizes) == {1}
 
 
 @pytest.mark.cluster
