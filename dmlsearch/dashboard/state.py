@@ -31,7 +31,8 @@ __all__ = [
 
 #: Finished trials kept per experiment for the page (aggregates count every trial).
 MAX_FINISHED = 200
-#: Best-so-far points kept per experiment (improvements only, so rarely reached).
+#: Best-so-far points kept per experiment (improvements only; past it, older points are
+#: thinned, the latest is always kept).
 MAX_HISTORY = 1000
 #: Experiments kept; the oldest finished ones are dropped first.
 MAX_EXPERIMENTS = 50
@@ -248,8 +249,11 @@ class ExperimentView:
             if self._best_key is None or item[:2] > self._best_key:
                 self._best_key = item[:2]
                 self.best = v
-                if len(self.history) < MAX_HISTORY:
-                    self.history.append((time.time() - self.started, v))
+                if len(self.history) >= MAX_HISTORY:
+                    # Bounded: every other older point goes, the first stays, and the
+                    # latest improvement is always appended.
+                    del self.history[1::2]
+                self.history.append((time.time() - self.started, v))
 
     @property
     def leaderboard(self) -> list[dict[str, Any]]:
