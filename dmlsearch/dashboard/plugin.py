@@ -96,7 +96,7 @@ def events_handler(scheduler: Any) -> Callable[..., Any]:
             plugin = None if found is None else live_plugin(found)
             if plugin is None:
                 return NO_PLUGIN
-            plugin.state.apply(events)
+            plugin.apply(events)
             return OK
         except Exception as exc:  # the dashboard must never fail the caller
             if not logged:
@@ -194,6 +194,28 @@ class DashboardPlugin(SchedulerPlugin):
     def __init__(self) -> None:
         self.state = DashboardState()
         self.scheduler: Any = None
+
+    def apply(self, events: Any) -> None:
+        """A batch of events from a driver; an experiment whose driver's client has left
+        already (its events came after its stream closed) ends ``interrupted`` at once."""
+        self.state.apply(events)
+        clients = getattr(self.scheduler, "clients", None)
+        if not isinstance(clients, dict):
+            return
+        for view in list(self.state.experiments.values()):
+            if view.status == "running" and view.client is not None and view.client not in clients:
+                self.state.client_gone(view.client)
+
+    def remove_client(self, scheduler: Any, client: str) -> None:
+        """A client left the scheduler (closed, or its process died: ``kill -9``, a batch
+        system's SIGTERM): the experiments its driver reported and did not end are shown
+        ``interrupted``, with nothing in flight, instead of running for ever."""
+        names = self.state.client_gone(client)
+        if names:
+            logger.info(
+                "dmlsearch: the driver of %s left the scheduler; shown as interrupted",
+                ", ".join(names),
+            )
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler

@@ -154,10 +154,15 @@ class DashboardReporter(RunObserver):
         self.flush()
         self.experiment = str(name)
         self._meta = _params(meta)
-        self._events.append(
-            {"kind": "experiment", "experiment": self.experiment, "meta": self._meta}
-        )
+        self._events.append(self._experiment_event(self._meta))
         self.wait(self.flush())
+
+    def _experiment_event(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """The experiment's first event, with the client's id: when that client leaves the
+        scheduler without ending the experiment (its process killed), the page ends it."""
+        event = {"kind": "experiment", "experiment": self.experiment, "meta": meta}
+        client_id = getattr(self.client, "id", None)
+        return event if not isinstance(client_id, str) else {**event, "client": client_id}
 
     def trials_submitted(self, specs: list[TrialSpec]) -> None:
         self.units_submitted([(s.number, s.params) for s in specs])
@@ -348,8 +353,7 @@ class DashboardReporter(RunObserver):
                     SEND_TIMEOUT,
                 )
                 meta = {**self._meta, "resume": True}  # continue the panel, never reset it
-                again = [{"kind": "experiment", "experiment": self.experiment, "meta": meta}]
-                reply = await self._call(again + events)
+                reply = await self._call([self._experiment_event(meta), *events])
                 if reply == OK:
                     logger.warning(
                         "dmlsearch: the scheduler had lost the dashboard plugin (restarted?); "

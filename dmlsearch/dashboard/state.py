@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DISCONNECTED",
     "LEADERBOARD",
     "MAX_EPOCHS",
     "MAX_EXPERIMENTS",
@@ -45,6 +46,8 @@ MAX_RUNGS = 64
 MAX_PROMOTIONS = 50
 #: A training job's latest epochs kept for its loss curve.
 MAX_EPOCHS = 1000
+#: Why an experiment became ``interrupted`` when its driver's client left the scheduler.
+DISCONNECTED = "driver disconnected"
 
 
 def _resource(value: Any) -> int | None:
@@ -65,6 +68,12 @@ class ExperimentView:
     meta: dict[str, Any] = field(default_factory=dict)
     status: str = "running"
     started: float = field(default_factory=time.time)
+    #: When the status left ``running`` (None while it runs).
+    ended_at: float | None = None
+    #: Why it ended, where the driver could not say (:data:`DISCONNECTED`).
+    reason: str | None = None
+    #: The id of the Dask client whose driver reports it (None: an older driver).
+    client: str | None = None
     running: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_FINISHED))
     states: Counter[str] = field(default_factory=Counter)
@@ -201,8 +210,11 @@ class ExperimentView:
             if v is not None and (row["best"] is None or self.better(v, row["best"])):
                 row["best"] = v
 
-    def stop_rungs(self) -> None:
-        """The experiment ended: no step of it runs any more."""
+    def end(self, status: str, reason: str | None = None) -> None:
+        """The experiment ended: nothing of it runs any more."""
+        self.status, self.reason = status, reason
+        self.ended_at = time.time()
+        self.running.clear()
         self.rung_running.clear()
         for row in self.rungs.values():
             row["running"] = 0
@@ -265,7 +277,9 @@ class ExperimentView:
             "name": self.name,
             "meta": self.meta,
             "status": self.status,
+            "reason": self.reason,
             "started": self.started,
+            "ended": self.ended_at,
             "elapsed": time.time() - self.started,
             "counts": dict(self.states),
             "done": sum(self.states.values()),
@@ -316,7 +330,9 @@ class DashboardState:
                         # The name used again for a new search: start its panel afresh.
                         view = self.experiments[view.name] = ExperimentView(view.name)
                     view.meta = meta
-                    view.status = "running"
+                    view.status, view.ended_at, view.reason = "running", None, None
+                    if isinstance(event.get("client"), str):
+                        view.client = event["client"]
                     self.experiments.move_to_end(view.name)  # the page lists newest first
                 elif kind == "submitted":
                     view.submitted(list(event.get("trials") or []))
@@ -331,12 +347,23 @@ class DashboardState:
                 elif kind == "epoch":
                     view.job_epochs(list(event.get("trials") or []))
                 elif kind == "status":
-                    view.status = str(event.get("status"))
-                    if view.status != "running":
-                        view.running.clear()
-                        view.stop_rungs()
+                    status = str(event.get("status"))
+                    if status == "running":
+                        view.status = status
+                    else:
+                        view.end(status)
             except (TypeError, ValueError):
                 continue  # a malformed batch from some client: the page must stay up
+
+    def client_gone(self, client: str) -> list[str]:
+        """The driver whose Dask client is ``client`` left the scheduler (killed, say):
+        its running experiments end ``interrupted``. Returns their names."""
+        gone = [
+            v for v in self.experiments.values() if v.client == client and v.status == "running"
+        ]
+        for view in gone:
+            view.end("interrupted", DISCONNECTED)
+        return [v.name for v in gone]
 
     def snapshot(self) -> dict[str, Any]:
         return {
