@@ -21,6 +21,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
@@ -576,6 +577,12 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
     errors = [r["error"] for r in shown[names[1]]["finished"] if r["state"] == "failed"]
     assert errors and all("ValueError" in e for e in errors), shown[names[1]]["finished"]
     metrics = _get(base + "/metrics").decode()
+    assert {f.name for f in text_string_to_metric_families(metrics)} >= {
+        "dmlsearch_trials",
+        "dmlsearch_best_score",
+        "dmlsearch_trials_in_flight",
+        "dmlsearch_experiment_status",
+    }  # an exposition Prometheus parses
     for name, search in zip(names, (lr, failing), strict=True):
         expected = Counter(t.state for t in search.trials_)
         view = shown[name]
@@ -793,6 +800,23 @@ def test_a_multi_fidelity_search_shows_each_rung_step(cluster, client):
         (int(t), int(n))
         for t, n in zip(r["trial"], r["n_resources"], strict=True)
         if n > min(rungs)
+    }
+    # The metrics count each trial once, with its final state, and the steps apart.
+    metrics = _get(base + "/metrics").decode()
+    at_top = {int(t) for t, n in zip(r["trial"], r["n_resources"], strict=True) if n == max(rungs)}
+    below = {int(t) for t in r["trial"]} - at_top
+    expected = {"complete": len(at_top), **({"pruned": len(below)} if below else {})}
+    assert _by_state(metrics, "dmlsearch_trials_total", name) == expected
+    assert _by_state(metrics, "dmlsearch_rung_steps_total", name) == {"complete": steps}
+
+
+def _by_state(metrics: str, sample: str, experiment: str) -> dict[str, float]:
+    """The ``sample``'s values of ``experiment`` by their ``state`` label, parsed."""
+    return {
+        s.labels["state"]: s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == sample and s.labels.get("experiment") == experiment
     }
 
 

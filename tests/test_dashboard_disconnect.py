@@ -87,3 +87,11 @@ def test_a_killed_driver_leaves_its_experiment_interrupted_not_running(cluster, 
     assert view["in_flight"] == 0 and view["running"] == [] and view["ended"] is not None
     metrics = _get(base + "/metrics").decode()
     assert re.search(rf'dmlsearch_trials_in_flight\{{experiment="{name}",[^}}]*\}} 0\.0', metrics)
+    assert re.search(
+        rf'dmlsearch_experiment_status\{{experiment="{name}",[^}}]*status="interrupted"\}} 1\.0',
+        metrics,
+    ), metrics
+    assert re.search(
+        rf'dmlsearch_experiment_status\{{experiment="{name}",[^}}]*status="running"\}} 0\.0',
+        metrics,
+    )

@@ -1,5 +1,5 @@
-"""The dashboard state's bounds at scale and how a driver that left ends its experiments
-(no cluster)."""
+"""The dashboard state's bounds and counts at scale: what the metrics mean, how a driver
+that left ends its experiments (no cluster)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from dmlsearch.dashboard import PLUGIN_NAME, DashboardPlugin, DashboardState
+from dmlsearch.dashboard.metrics import DashboardCollector
 from dmlsearch.dashboard.state import DISCONNECTED, MAX_HISTORY
 
 
@@ -113,3 +114,103 @@ def test_the_reporter_names_its_client_with_the_experiment():
     assert client.sent == [
         [{"kind": "experiment", "experiment": "e", "meta": {}, "client": "Client-1234"}]
     ]
+
+
+# -- what the metrics count -------------------------------------------------------------------
+
+
+def _metrics(plugin: DashboardPlugin) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The collector's exposition, parsed as Prometheus does: (sample, labels) -> value."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scheduler = _Scheduler(plugin)
+    plugin.scheduler = scheduler
+    registry = CollectorRegistry()
+    registry.register(DashboardCollector(scheduler))
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "scheduler"))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _counts(metrics: dict[Any, float], sample: str, experiment: str) -> dict[str, float]:
+    return {
+        dict(labels)["state"]: value
+        for (name, labels), value in metrics.items()
+        if name == sample and dict(labels)["experiment"] == experiment
+    }
+
+
+def test_trials_total_counts_each_trial_of_a_multi_fidelity_search_once_when_it_ends():
+    # As a SearchCV(scheduler="asha") reports: each rung step a row with its resource.
+    plugin = DashboardPlugin()
+    state = plugin.state
+    name = "asha"
+
+    def step(trial: int, rung: int, resource: int, start: int, end: str, value: float) -> None:
+        state.apply(
+            [
+                _steps(name, "rung_submitted", [[trial, rung, resource, start, 0]]),
+                _steps(name, "submitted", [[trial, {"x": trial, "resource": resource}]]),
+                _steps(name, "ended", [[trial, end, value, "w", 0.1, None, None, resource]]),
+                _steps(name, "rung_ended", [[trial, resource, end, value, False]]),
+            ]
+        )
+
+    state.apply({"kind": "experiment", "experiment": name, "meta": {}})
+    for trial in range(4):  # trial 2 fails at the first rung
+        step(trial, 0, 1, 0, "failed" if trial == 2 else "complete", 0.1 * trial)
+    step(0, 1, 3, 1, "complete", 0.5)  # 0 and 1 promoted; 3 is not
+    step(1, 1, 3, 1, "complete", 0.4)
+    step(0, 2, 9, 3, "complete", 0.9)  # 0 reaches the full budget; 1 is not promoted
+    running = _metrics(plugin)
+    assert _counts(running, "dmlsearch_trials_total", name) == {"failed": 1}
+    assert _counts(running, "dmlsearch_rung_steps_total", name) == {"complete": 6, "failed": 1}
+    state.apply({"kind": "status", "experiment": name, "status": "complete"})
+    ended = _metrics(plugin)
+    # Four trials, each once: the page's rows stay one per step.
+    assert _counts(ended, "dmlsearch_trials_total", name) == {
+        "complete": 1,
+        "pruned": 2,
+        "failed": 1,
+    }
+    assert _counts(ended, "dmlsearch_rung_steps_total", name) == {"complete": 6, "failed": 1}
+    assert state.experiments[name].snapshot()["counts"] == {"complete": 6, "failed": 1}
+
+
+def test_trials_total_counts_trials_as_ended_without_a_step_metric():
+    # dmlsearch.optimize with a rung pruner reports trials (pruned among them); rung events
+    # only feed the rung view.
+    plugin = DashboardPlugin()
+    rows = [[0, "complete", 1.0, "w", 0.1, None], [1, "pruned", 0.2, "w", 0.1, None]]
+    plugin.state.apply(
+        [
+            {"kind": "experiment", "experiment": "opt", "meta": {"kind": "optimize"}},
+            _steps("opt", "submitted", [[0, {}], [1, {}]]),
+            _steps("opt", "rung_submitted", [[0, 0, 1, 0, 0], [1, 0, 1, 0, 0]]),
+            _steps("opt", "rung_ended", [[0, 1, "complete", 0.5, False]]),
+            _steps("opt", "ended", rows),
+        ]
+    )
+    metrics = _metrics(plugin)
+    assert _counts(metrics, "dmlsearch_trials_total", "opt") == {"complete": 1, "pruned": 1}
+    assert _counts(metrics, "dmlsearch_rung_steps_total", "opt") == {}
+
+
+def test_experiment_status_is_a_state_set_that_clears():
+    plugin = DashboardPlugin()
+    plugin.state.apply({"kind": "experiment", "experiment": "e", "meta": {}})
+
+    def status() -> dict[str, float]:
+        return {
+            dict(labels)["status"]: value
+            for (name, labels), value in _metrics(plugin).items()
+            if name == "dmlsearch_experiment_status"
+        }
+
+    assert status() == {"running": 1.0, "complete": 0.0, "failed": 0.0, "interrupted": 0.0}
+    plugin.state.apply({"kind": "status", "experiment": "e", "status": "complete"})
+    assert status() == {"running": 0.0, "complete": 1.0, "failed": 0.0, "interrupted": 0.0}

@@ -12,11 +12,16 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["DashboardCollector"]
+__all__ = ["STATUSES", "DashboardCollector"]
+
+#: An experiment's statuses, each a series of ``dmlsearch_experiment_status`` (the current
+#: one 1, the others 0, so an alert on ``status="running"`` clears when it ends).
+STATUSES = ("running", "complete", "failed", "interrupted")
 
 
 class DashboardCollector:
-    """Trials by state, best value and trials in flight, per experiment.
+    """Trials by state, rung steps by state, best value, trials in flight and status, per
+    experiment.
 
     It reads the scheduler's dashboard plugin of the moment: a plugin unregistered and
     registered again must leave neither stale nor duplicate series (Prometheus refuses a
@@ -45,7 +50,15 @@ class DashboardCollector:
             return
         labels = ["scheduler", "experiment"]
         trials = CounterMetricFamily(
-            "dmlsearch_trials", "Trials ended, by experiment and state", labels=[*labels, "state"]
+            "dmlsearch_trials",
+            "Trials ended, each once with its final state (a multi-fidelity search's trial: "
+            "when a step fails, or when the search ends without promoting it)",
+            labels=[*labels, "state"],
+        )
+        steps = CounterMetricFamily(
+            "dmlsearch_rung_steps",
+            "Rung steps of a multi-fidelity SearchCV ended, by state",
+            labels=[*labels, "state"],
         )
         best = GaugeMetricFamily(
             "dmlsearch_best_score",
@@ -55,13 +68,25 @@ class DashboardCollector:
         in_flight = GaugeMetricFamily(
             "dmlsearch_trials_in_flight", "Trials submitted and not yet ended", labels=labels
         )
+        status = GaugeMetricFamily(
+            "dmlsearch_experiment_status",
+            "1 for the experiment's status, 0 for the others",
+            labels=[*labels, "status"],
+        )
         address = str(scheduler.address)
         for name, view in list(plugin.state.experiments.items()):
-            for state, count in view.states.items():
+            for state, count in view.trial_states.items():
                 trials.add_metric([address, name, state], count)
+            if view.stepped:
+                for state, count in view.states.items():
+                    steps.add_metric([address, name, state], count)
             if view.best is not None:
                 best.add_metric([address, name], view.best)
             in_flight.add_metric([address, name], len(view.running))
+            for value in dict.fromkeys([*STATUSES, view.status]):
+                status.add_metric([address, name, value], float(value == view.status))
         yield trials
+        yield steps
         yield best
         yield in_flight
+        yield status

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_EXPERIMENTS",
     "MAX_FINISHED",
     "MAX_HISTORY",
+    "MAX_PAUSED",
     "MAX_PROMOTIONS",
     "MAX_RUNGS",
     "MAX_WORKERS",
@@ -46,6 +47,9 @@ MAX_RUNGS = 64
 MAX_PROMOTIONS = 50
 #: A training job's latest epochs kept for its loss curve.
 MAX_EPOCHS = 1000
+#: A running multi-fidelity search's trials waiting for a promotion, kept by number (to
+#: count each trial once, when it ends); past it they are counted by resource only.
+MAX_PAUSED = 100_000
 #: Why an experiment became ``interrupted`` when its driver's client left the scheduler.
 DISCONNECTED = "driver disconnected"
 
@@ -76,7 +80,17 @@ class ExperimentView:
     client: str | None = None
     running: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_FINISHED))
+    # Rows of the page by state: trials, or a multi-fidelity search's rung steps.
     states: Counter[str] = field(default_factory=Counter)
+    # Trials ended, by their final state, each counted once (the Prometheus counter). A
+    # multi-fidelity search's trial ends when a step of it fails, or, having completed a
+    # step, when the search ends without promoting it from there: meanwhile it waits in
+    # ``_paused`` (trial -> resource; past MAX_PAUSED, counted by resource only).
+    trial_states: Counter[str] = field(default_factory=Counter)
+    stepped: bool = False
+    _paused: dict[int, int] = field(default_factory=dict)
+    _paused_over: Counter[int] = field(default_factory=Counter)
+    _top: int = 0
     per_worker: Counter[str] = field(default_factory=Counter)
     # A min-heap of (resource, sign * value, -number, row): the worst of the kept best is
     # popped first (sign: -1 for a minimized objective, see ``sign``; resource: the budget
@@ -171,6 +185,9 @@ class ExperimentView:
         now = time.time()
         for trial, rung, resource, start, bracket, *_ in steps:
             key = (int(trial), int(resource))
+            self._top = max(self._top, key[1])
+            if int(start) > 0:
+                self._promoted(key[0], int(start))
             row = self._rung(key[1], int(rung))
             if row is None or key in self.rung_running:
                 continue
@@ -197,6 +214,7 @@ class ExperimentView:
         """
         for trial, resource, state, value, *rest in steps:
             key = (int(trial), int(resource))
+            self._top = max(self._top, key[1])
             row = self._rung(key[1])
             if row is None:
                 continue
@@ -210,14 +228,42 @@ class ExperimentView:
             if v is not None and (row["best"] is None or self.better(v, row["best"])):
                 row["best"] = v
 
+    def _promoted(self, trial: int, start: int) -> None:
+        """``trial`` goes on from its step at ``start``: it has not ended there."""
+        if self._paused.pop(trial, None) is None and self._paused_over[start] > 0:
+            self._paused_over[start] -= 1
+
+    def _step_ended(self, trial: int, state: str, resource: int) -> None:
+        """A multi-fidelity step ended: a failed one ends its trial, a complete one pauses
+        it until it is promoted or the search ends."""
+        self.stepped = True
+        self._top = max(self._top, resource)
+        self._paused.pop(trial, None)
+        if state != "complete":
+            self.trial_states[state] += 1
+        elif len(self._paused) < MAX_PAUSED:
+            self._paused[trial] = resource
+        else:
+            self._paused_over[resource] += 1
+
     def end(self, status: str, reason: str | None = None) -> None:
-        """The experiment ended: nothing of it runs any more."""
+        """The experiment ended: nothing of it runs any more.
+
+        A multi-fidelity search's trials waiting for a promotion end here: ``complete``
+        where they reached the largest resource the search did, else ``pruned`` (stopped
+        by the scheduler below it).
+        """
         self.status, self.reason = status, reason
         self.ended_at = time.time()
         self.running.clear()
         self.rung_running.clear()
         for row in self.rungs.values():
             row["running"] = 0
+        waiting = Counter(self._paused.values()) + self._paused_over
+        for resource, count in waiting.items():
+            self.trial_states["complete" if resource >= self._top else "pruned"] += count
+        self._paused.clear()
+        self._paused_over.clear()
 
     def submitted(self, trials: list[Any]) -> None:
         now = time.time()
@@ -245,6 +291,10 @@ class ExperimentView:
             }
             self.finished.append(row)
             self.states[row["state"]] += 1
+            if resource is None:
+                self.trial_states[row["state"]] += 1
+            else:
+                self._step_ended(number, row["state"], resource)
             if row["worker"] in self.per_worker or len(self.per_worker) < MAX_WORKERS:
                 self.per_worker[row["worker"]] += 1
             else:  # a long-lived cluster whose workers come and go: bounded all the same
@@ -282,6 +332,7 @@ class ExperimentView:
             "ended": self.ended_at,
             "elapsed": time.time() - self.started,
             "counts": dict(self.states),
+            "trial_states": dict(self.trial_states),
             "done": sum(self.states.values()),
             "in_flight": len(self.running),
             "best": self.best,
