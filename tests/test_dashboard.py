@@ -11,10 +11,11 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -517,13 +518,19 @@ def _get(url: str) -> bytes:
 
 
 def _wait_for(
-    base: str, done: Callable[[dict[str, Any]], bool], timeout: float = 15
+    base: str,
+    done: Callable[[dict[str, Any]], bool],
+    timeout: float = 15,
+    names: Iterable[str] = (),
 ) -> dict[str, dict[str, Any]]:
-    """The page's experiments by name, once ``done`` holds (events arrive asynchronously)."""
+    """The page's experiments by name, once ``done`` holds (events arrive asynchronously);
+    ``names``: asked for in full, as the page asks for the panels opened there."""
+    query = urllib.parse.urlencode([("experiment", n) for n in names])
     deadline = time.monotonic() + timeout
     while True:
         shown = {
-            e["name"]: e for e in json.loads(_get(base + "/dmlsearch/api/state"))["experiments"]
+            e["name"]: e
+            for e in json.loads(_get(f"{base}/dmlsearch/api/state?{query}"))["experiments"]
         }
         if done(shown) or time.monotonic() > deadline:
             return shown
@@ -572,7 +579,9 @@ def test_two_searches_show_apart_and_metrics_match(cluster, client, data):
         progress=False,
     ).fit(X, y)
 
-    shown = _wait_for(base, lambda v: all(v.get(n, {}).get("status") == "complete" for n in names))
+    shown = _wait_for(
+        base, lambda v: all(v.get(n, {}).get("status") == "complete" for n in names), names=names
+    )
     assert quiet not in shown
     errors = [r["error"] for r in shown[names[1]]["finished"] if r["state"] == "failed"]
     assert errors and all("ValueError" in e for e in errors), shown[names[1]]["finished"]
@@ -626,7 +635,7 @@ def test_a_search_whose_every_trial_failed_ends_failed_on_the_page(
             progress=False,
             **extra,
         ).fit(X, y)
-    shown = _wait_for(base, lambda v: v.get(name, {}).get("status") != "running")
+    shown = _wait_for(base, lambda v: v.get(name, {}).get("status") != "running", names=[name])
     assert shown[name]["status"] == "failed"
 
 
@@ -654,17 +663,16 @@ def test_ensemble_fits_show_members_done_per_worker(cluster, client, data):
             if n.split()[0].endswith(".fit") and n not in before
         }
 
-    shown = ensembles(
-        _wait_for(
-            base,
-            lambda v: (
-                {
-                    k: e["status"] for k, e in ensembles(v).items() if e["status"] == "complete"
-                }.keys()
-                >= {"BaggingClassifier.fit", "StackingClassifier.fit"}
-            ),
-        )
+    ended = _wait_for(
+        base,
+        lambda v: (
+            {k: e["status"] for k, e in ensembles(v).items() if e["status"] == "complete"}.keys()
+            >= {"BaggingClassifier.fit", "StackingClassifier.fit"}
+        ),
     )
+    # Finished: in full when asked for (the newest few are sent in full anyway).
+    new = [n for n in ended if n.split()[0].endswith(".fit") and n not in before]
+    shown = ensembles(_wait_for(base, lambda v: True, names=new))
     bagging, stacking = shown["BaggingClassifier.fit"], shown["StackingClassifier.fit"]
     assert bagging["meta"]["total"] == 6 and bagging["done"] == 6
     assert bagging["meta"]["strategy"] == "bagging"
@@ -738,7 +746,7 @@ def test_a_training_job_shows_live_with_its_ranks_epoch_and_loss(cluster, client
     workers = set(client.scheduler_info()["workers"])
     ranks = live["training"]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and {r["worker"] for r in ranks} == workers
-    done = _wait_for(base, lambda v: v[name]["status"] == "complete")[name]
+    done = _wait_for(base, lambda v: v[name]["status"] == "complete", names=[name])[name]
     assert not fitting.is_alive() and done["status"] == "complete"
     job = done["training"]
     assert job["epoch"] == 3 and [p[0] for p in job["curve"]] == [1, 2, 3]
@@ -767,7 +775,9 @@ def test_a_multi_fidelity_search_shows_each_rung_step(cluster, client):
         progress=False,
         random_state=0,
     ).fit(X, y)
-    view = _wait_for(base, lambda v: v.get(name, {}).get("status") == "complete")[name]
+    view = _wait_for(base, lambda v: v.get(name, {}).get("status") == "complete", names=[name])[
+        name
+    ]
     steps = len(search.cv_results_["trial"])
     assert view["done"] == steps and view["counts"] == {"complete": steps}
     assert view["meta"]["strategy"] == "random + asha"

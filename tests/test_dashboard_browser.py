@@ -228,3 +228,47 @@ def test_page_shows_a_training_job(cluster, client):
     shown = next(s for s in stats if s.startswith("loss: "))
     assert float(shown[6:]) == pytest.approx(trainer.history_[-1]["loss"], rel=1e-3)
     assert curve == 1 and console_errors == []
+
+
+def test_finished_experiments_beyond_the_newest_show_as_summaries_to_open(cluster, client):
+    from dmlsearch.dashboard import DashboardPlugin
+    from dmlsearch.dashboard.state import DETAIL_NEWEST
+
+    client.register_plugin(DashboardPlugin())
+    run = uuid.uuid4().hex[:6]
+    # Sent as a driver does; a client id the scheduler does not know is a driver that left.
+    gone = f"gone-{run}"
+    events: list[dict[str, Any]] = [
+        {"kind": "experiment", "experiment": gone, "meta": {}, "client": f"Client-{run}"}
+    ]
+    names = [f"done-{run}-{i}" for i in range(DETAIL_NEWEST + 2)]
+    for name in names:
+        events += [
+            {"kind": "experiment", "experiment": name, "meta": {"total": 3}},
+            {"kind": "submitted", "experiment": name, "trials": [[i, {"C": i}] for i in range(3)]},
+            {
+                "kind": "ended",
+                "experiment": name,
+                "trials": [[i, "complete", i / 3, "w", 0.1, None] for i in range(3)],
+            },
+            {"kind": "status", "experiment": name, "status": "complete"},
+        ]
+    client.sync(client.scheduler.dmlsearch_events, events=events)
+    console_errors: list[str] = []
+    with _page(cluster, console_errors) as page:
+        oldest = page.locator(f'section[data-experiment="{names[0]}"]')
+        newest = page.locator(f'section[data-experiment="{names[-1]}"]')
+        newest.locator("table.finished-trials").wait_for()
+        summary = oldest.locator(".stats").first.inner_text()
+        summary_tables = oldest.locator("table").count()
+        left = page.locator(f'section[data-experiment="{gone}"] .stats span').first.inner_text()
+        oldest.locator("button.toggle").click()  # the reader opens it: polled in full
+        oldest.locator("table.finished-trials").wait_for()
+        rows = oldest.locator("table.finished-trials tbody tr").count()
+        oldest.locator("button.toggle").click()  # and closes it
+        page.wait_for_function(
+            f"!document.querySelector('section[data-experiment=\"{names[0]}\"] table')"
+        )
+    assert "trials: 3 / 3" in summary and "best: 0.6667" in summary and summary_tables == 0
+    assert left == "status: interrupted (driver disconnected)"
+    assert rows == 3 and console_errors == []

@@ -1,15 +1,22 @@
-"""The dashboard state's bounds and counts at scale: what the metrics mean, how a driver
-that left ends its experiments (no cluster)."""
+"""The dashboard state's bounds and counts at scale: what a poll costs, what the metrics mean,
+how a driver that left ends its experiments (no cluster)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from dmlsearch.dashboard import PLUGIN_NAME, DashboardPlugin, DashboardState
 from dmlsearch.dashboard.metrics import DashboardCollector
-from dmlsearch.dashboard.state import DISCONNECTED, MAX_HISTORY
+from dmlsearch.dashboard.state import (
+    DETAIL_NEWEST,
+    DISCONNECTED,
+    MAX_EXPERIMENTS,
+    MAX_HISTORY,
+    MAX_REQUESTED,
+)
 
 
 def _search(state: DashboardState, name: str, trials: int, *, status: str | None = "complete"):
@@ -214,3 +221,72 @@ def test_experiment_status_is_a_state_set_that_clears():
     assert status() == {"running": 1.0, "complete": 0.0, "failed": 0.0, "interrupted": 0.0}
     plugin.state.apply({"kind": "status", "experiment": "e", "status": "complete"})
     assert status() == {"running": 0.0, "complete": 1.0, "failed": 0.0, "interrupted": 0.0}
+
+
+# -- a poll's cost -----------------------------------------------------------------------------
+
+
+def test_a_finished_experiments_summary_does_not_grow_with_its_trials():
+    state = DashboardState()
+    _search(state, "small", 10)
+    _search(state, "large", 2000)
+    small, large = (
+        json.loads(state.experiments[n].to_json(detail=False)) for n in ("small", "large")
+    )
+    assert small.keys() == large.keys() and large["detail"] is False
+    assert large["done"] == 2000 and large["best"] == pytest.approx(1999 / 2000)
+    assert abs(len(json.dumps(large)) - len(json.dumps(small))) < 40
+    assert "finished" not in large and "history" not in large
+    full = json.loads(state.experiments["large"].to_json())
+    assert full["detail"] is True and len(full["finished"]) == 200
+
+
+def test_a_poll_gets_the_running_the_newest_finished_and_the_requested_in_full():
+    state = DashboardState()
+    for i in range(MAX_EXPERIMENTS - 2):
+        _search(state, f"done-{i:02d}", 300)
+    _search(state, "live-a", 300, status=None)
+    _search(state, "live-b", 300, status=None)
+    requested = [f"done-{i:02d}" for i in range(MAX_REQUESTED + 5)]
+    for asked in ([], requested):
+        shown = json.loads(state.to_json(asked))["experiments"]
+        assert len(shown) == MAX_EXPERIMENTS
+        full = [e["name"] for e in shown if e["detail"]]
+        newest = [
+            f"done-{i:02d}"
+            for i in range(MAX_EXPERIMENTS - 3, MAX_EXPERIMENTS - 3 - DETAIL_NEWEST, -1)
+        ]
+        assert full[:2] == ["live-b", "live-a"] and full[2 : 2 + DETAIL_NEWEST] == newest
+        assert sorted(full[2 + DETAIL_NEWEST :]) == sorted(asked[:MAX_REQUESTED])
+    # The bound: however many finished experiments are kept, their summaries are small.
+    summaries = [e for e in json.loads(state.to_json())["experiments"] if not e["detail"]]
+    assert max(len(json.dumps(e)) for e in summaries) < 400
+    # The Python snapshot keeps every experiment in full unless asked as a poll.
+    assert all(e["detail"] for e in state.snapshot()["experiments"])
+    assert state.snapshot([])["experiments"][0]["detail"]  # live-b: running
+
+
+def test_an_unchanged_experiment_is_not_serialized_again(monkeypatch):
+    state = DashboardState()
+    _search(state, "a", 500)
+    _search(state, "b", 5, status=None)
+    views = state.experiments
+    built: list[str] = []
+    for name, view in views.items():
+        snapshot = view.snapshot
+
+        def counted(detail: bool = True, _name: str = name, _snapshot: Any = snapshot) -> Any:
+            built.append(_name)
+            return _snapshot(detail)
+
+        monkeypatch.setattr(view, "snapshot", counted)
+    first = state.to_json()
+    assert sorted(built) == ["a", "b"]
+    assert json.loads(state.to_json())["experiments"] == json.loads(first)["experiments"]
+    assert views["a"].to_json() is views["a"].to_json()
+    assert sorted(built) == ["a", "b"]  # polls without events build nothing again
+    state.apply(
+        {"kind": "ended", "experiment": "b", "trials": [[0, "complete", 0.5, "w", 0.1, None]]}
+    )
+    state.to_json()
+    assert sorted(built) == ["a", "b", "b"]  # only the experiment that changed

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,17 +39,6 @@ OK = "OK"
 NO_PLUGIN = "no-plugin"
 #: The page's name in the dashboard's navigation bar (and its path under the dashboard).
 PAGE = "dmlsearch"
-
-
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN or infinity: send them as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 def live_plugin(scheduler: Any) -> DashboardPlugin | None:
@@ -151,9 +138,11 @@ def _handlers(scheduler: Any, prefix: str) -> list[Any]:
 
     class StateHandler(Handler):
         def get(self) -> None:
-            state = self.plugin().state.snapshot()
+            # ?experiment=<name> (repeated): experiments the page shows in full besides
+            # the running and the newest finished ones; the others come as summaries.
+            requested = self.get_query_arguments("experiment")
             self.set_header("Content-Type", "application/json")
-            self.write(json.dumps(_clean(state), default=str))
+            self.write(self.plugin().state.to_json(requested))
 
     return [
         (rf"{prefix}{PAGE}/?", PageHandler),

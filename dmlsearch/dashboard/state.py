@@ -5,18 +5,25 @@ events (``dict`` with a ``kind``); unknown kinds are ignored, so a newer driver 
 an older scheduler and later capabilities add kinds of their own (``rung_submitted`` and
 ``rung_ended``: a multi-fidelity search's rung steps, for the rung view; ``ranks`` and
 ``epoch``: a data-parallel training job's ranks and epochs, for the job view).
+
+Each experiment keeps its JSON until an event changes it (a version number), and a poll
+gets the finished experiments it does not show in full as summaries whose size does not
+grow with their trials, so polling costs the scheduler little however many are kept.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DETAIL_NEWEST",
     "DISCONNECTED",
     "LEADERBOARD",
     "MAX_EPOCHS",
@@ -25,6 +32,7 @@ __all__ = [
     "MAX_HISTORY",
     "MAX_PAUSED",
     "MAX_PROMOTIONS",
+    "MAX_REQUESTED",
     "MAX_RUNGS",
     "MAX_WORKERS",
     "DashboardState",
@@ -50,8 +58,23 @@ MAX_EPOCHS = 1000
 #: A running multi-fidelity search's trials waiting for a promotion, kept by number (to
 #: count each trial once, when it ends); past it they are counted by resource only.
 MAX_PAUSED = 100_000
+#: Finished experiments sent in full with every poll, newest first (others as summaries).
+DETAIL_NEWEST = 3
+#: Further experiments a poll may ask to have in full (``?experiment=<name>``).
+MAX_REQUESTED = 10
 #: Why an experiment became ``interrupted`` when its driver's client left the scheduler.
 DISCONNECTED = "driver disconnected"
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN or infinity: send them as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
 
 
 def _resource(value: Any) -> int | None:
@@ -78,6 +101,9 @@ class ExperimentView:
     reason: str | None = None
     #: The id of the Dask client whose driver reports it (None: an older driver).
     client: str | None = None
+    #: Bumped on every event: the page's JSON of the experiment is rebuilt only then.
+    version: int = 0
+    _json: dict[bool, tuple[int, str]] = field(default_factory=dict)
     running: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_FINISHED))
     # Rows of the page by state: trials, or a multi-fidelity search's rung steps.
@@ -322,31 +348,48 @@ class ExperimentView:
         ranked = sorted(self._board, key=lambda t: (-t[0], -t[1], -t[2]))
         return [row for *_, row in ranked]
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
+    def snapshot(self, detail: bool = True) -> dict[str, Any]:
+        """What the page shows of it; ``detail=False``: a summary of a size that does not
+        grow with its trials (status, counts, best: the overview and its stats line)."""
+        training = None if self.training is None else {**self.training}
+        snap: dict[str, Any] = {
             "name": self.name,
             "meta": self.meta,
             "status": self.status,
             "reason": self.reason,
             "started": self.started,
             "ended": self.ended_at,
-            "elapsed": time.time() - self.started,
+            "detail": detail,
             "counts": dict(self.states),
             "trial_states": dict(self.trial_states),
             "done": sum(self.states.values()),
             "in_flight": len(self.running),
             "best": self.best,
+            "training": training,
+        }
+        if not detail:
+            return snap
+        if training is not None:
+            training["curve"] = list(self.curve)
+        return {
+            **snap,
             "running": sorted(self.running.values(), key=lambda r: r["number"]),
             "finished": list(reversed(self.finished)),
             "leaderboard": self.leaderboard,
-            "history": self.history,
+            "history": list(self.history),
             "per_worker": dict(self.per_worker),
             "rungs": [dict(self.rungs[r]) for r in sorted(self.rungs)],
             "promotions": list(reversed(self.promotions)),
-            "training": None
-            if self.training is None
-            else {**self.training, "curve": list(self.curve)},
         }
+
+    def to_json(self, detail: bool = True) -> str:
+        """:meth:`snapshot` as JSON, built again only after an event changed the experiment
+        (every time-dependent figure is an absolute time the page subtracts from)."""
+        cached = self._json.get(detail)
+        if cached is None or cached[0] != self.version:
+            text = json.dumps(_clean(self.snapshot(detail)), default=str)
+            cached = self._json[detail] = (self.version, text)
+        return cached[1]
 
 
 class DashboardState:
@@ -405,6 +448,8 @@ class DashboardState:
                         view.end(status)
             except (TypeError, ValueError):
                 continue  # a malformed batch from some client: the page must stay up
+            finally:
+                view.version += 1
 
     def client_gone(self, client: str) -> list[str]:
         """The driver whose Dask client is ``client`` left the scheduler (killed, say):
@@ -414,10 +459,33 @@ class DashboardState:
         ]
         for view in gone:
             view.end("interrupted", DISCONNECTED)
+            view.version += 1
         return [v.name for v in gone]
 
-    def snapshot(self) -> dict[str, Any]:
+    def detailed(self, requested: Collection[str] = ()) -> set[str]:
+        """The experiments a poll gets in full: the running ones, the newest
+        :data:`DETAIL_NEWEST` finished ones and the first :data:`MAX_REQUESTED` of those
+        ``requested``; every other one as a summary."""
+        views = list(reversed(self.experiments.values()))
+        finished = [v.name for v in views if v.status != "running"][:DETAIL_NEWEST]
+        running = [v.name for v in views if v.status == "running"]
+        return {*running, *finished, *list(requested)[:MAX_REQUESTED]}
+
+    def snapshot(self, requested: Collection[str] | None = None) -> dict[str, Any]:
+        """Every experiment, newest first; ``requested``: as a poll gets them
+        (:meth:`detailed`), None: all in full."""
+        full = None if requested is None else self.detailed(requested)
         return {
             "time": time.time(),
-            "experiments": [v.snapshot() for v in reversed(self.experiments.values())],
+            "experiments": [
+                v.snapshot(full is None or v.name in full)
+                for v in reversed(self.experiments.values())
+            ],
         }
+
+    def to_json(self, requested: Collection[str] = ()) -> str:
+        """A poll's answer (``/dmlsearch/api/state``): :meth:`snapshot` with ``requested``
+        as JSON, from each experiment's cached JSON."""
+        full = self.detailed(requested)
+        parts = [v.to_json(v.name in full) for v in reversed(self.experiments.values())]
+        return f'{{"time": {time.time()!r}, "experiments": [{", ".join(parts)}]}}'
