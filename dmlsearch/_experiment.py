@@ -1,15 +1,19 @@
 """Opening a search's experiment in the registry, and resuming a recorded one.
 
 What ``SearchCV``, the multi-fidelity search and :func:`dmlsearch.optimize` share: a
-resume must run the same estimator, search space and schedule, and gets back the exact
-parameters of every recorded trial (regenerated, or decoded from their stored form).
+resume must run the same estimator, search space, schedule and cross-validation folds,
+and gets back the exact parameters of every recorded trial (regenerated, or decoded from
+their stored form).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ._recording import SearchRecorder, same_params
 from .exceptions import InvalidParameterError
@@ -19,7 +23,12 @@ if TYPE_CHECKING:
     from .registry import Registry, TrialRecord
     from .strategies import Strategy
 
-__all__ = ["open_experiment", "recorded_params"]
+__all__ = [
+    "folds_digest",
+    "open_experiment",
+    "recorded_params",
+]
+
 
 
 _RESUME_FIXED = {
@@ -30,6 +39,29 @@ _RESUME_FIXED = {
     "n_splits": "cv",
     "scoring_spec": "scoring",
 }
+#: The sha256 of the folds' index arrays (:func:`folds_digest`): the same number of folds
+#: holding other rows (another splitter, a shuffle with another seed) is refused too.
+_FOLDS = "cv_folds"
+
+
+def folds_digest(splits: Sequence[tuple[Any, Any]]) -> str:
+    """The sha256 of every split's train and test index arrays, in order."""
+    digest = hashlib.sha256()
+    for train, test in splits:
+        for rows in (train, test):
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            digest.update(len(rows).to_bytes(8, "little"))
+            digest.update(rows.tobytes())
+    return digest.hexdigest()
+
+
+def _unseeded_shuffle(cv: Any) -> bool:
+    """Whether splitter ``cv`` shuffles without an int ``random_state``: its folds differ
+    from run to run (KFold(shuffle=True), ShuffleSplit() and the like)."""
+    if not hasattr(cv, "split") or not hasattr(cv, "random_state"):
+        return False
+    seeded = isinstance(cv.random_state, int | np.integer)
+    return not seeded and bool(getattr(cv, "shuffle", True))
 
 
 def open_experiment(
@@ -43,12 +75,14 @@ def open_experiment(
     fingerprint: str,
     cluster: dict[str, Any],
     check: Callable[[dict[str, Any]], None] | None = None,
+    cv: Any = None,
 ) -> tuple[SearchRecorder, PriorRun | None, str | None]:
     """Open (or, with ``resume``, reopen) experiment ``name``, its configuration checked.
 
     Returns the recorder, what an earlier run recorded (None for a new experiment) and
     the experiment's status before this run (to put back on a refused resume). ``check``
     may refuse the stored configuration first; ``owns``: close ``registry`` on a refusal.
+    ``cv``: the search's splitter, named in the message of a resume whose folds changed.
     """
     from .registry import NotFoundError
 
@@ -65,7 +99,8 @@ def open_experiment(
                 ) from None
             if check is not None:
                 check(existing.config)
-            _check_same_config(name, existing.config, _stored_form(config))
+            same_data = existing.data_fingerprint in (None, fingerprint)
+            _check_same_config(name, existing.config, _stored_form(config), same_data, cv)
         except BaseException:
             if owns:
                 registry.close()
@@ -123,9 +158,19 @@ def _stored_form(value: Any) -> Any:
     return _loads(_dumps(value))
 
 
-def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any]) -> None:
+def _check_same_config(
+    name: str,
+    stored: dict[str, Any],
+    current: dict[str, Any],
+    same_data: bool = True,
+    cv: Any = None,
+) -> None:
     """Refuse to resume experiment ``name`` with another estimator, search space, schedule,
-    number of folds or scoring."""
+    cv folds or scoring.
+
+    The folds are compared when the number of folds and the data are the same (else those
+    are named: the data by :meth:`SearchRecorder.open`).
+    """
     changed, labels = [], []
     for key, label in _RESUME_FIXED.items():
         if key not in stored:  # recorded before the snapshot held it
@@ -135,6 +180,14 @@ def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any
             shown = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
             changed.append(f"the {label} changed ({shown})")
             labels.append(label)
+    if (
+        same_data
+        and "cv" not in labels
+        and _FOLDS in stored
+        and stored[_FOLDS] != current.get(_FOLDS)
+    ):
+        changed.append(_folds_changed(stored, cv))
+        labels.append("cv (splitter and random_state)")
     if changed:
         raise InvalidParameterError(
             "resume",
@@ -142,6 +195,22 @@ def _check_same_config(name: str, stored: dict[str, Any], current: dict[str, Any
             f"same {' and '.join(labels)} it ran with, or start a new experiment (another "
             "experiment_name)",
         )
+
+
+def _folds_changed(stored: dict[str, Any], cv: Any) -> str:
+    """What a refused resume says of folds that hold other rows than those recorded."""
+    folds = stored.get("n_splits")
+    was = f"the folds of cv {stored['cv']}" if isinstance(stored.get("cv"), str) else "those"
+    text = (
+        f"the cv folds changed ({folds} as before, but holding other rows than {was} it ran "
+        "with, so new scores would not rank beside the recorded ones"
+    )
+    if _unseeded_shuffle(cv):
+        text += (
+            f"; {type(cv).__name__} shuffles without a fixed random_state, so its folds "
+            "differ on every run: give it one (an int: the one it ran with, if it had one)"
+        )
+    return text + ")"
 
 
 def _differences(old: Any, new: Any, path: str) -> list[str]:

@@ -21,6 +21,7 @@ from sklearn.base import clone, is_classifier
 from sklearn.utils import indexable
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
+from ._experiment import folds_digest
 from ._results import build_rung_results, rung_attributes
 from ._rung_records import RungRows, open_experiment, restore_steps
 from ._rung_store import StateStore, state_store_for
@@ -121,6 +122,8 @@ def _prepare(
     space = as_space(search.search_space)
     X, y, groups = indexable(X, y, groups)
     splits = cv_splits(search.cv, X, y, groups, classifier=is_classifier(search.estimator))
+    # Recorded with the experiment's config, so that a resume on other folds is refused.
+    search._cv_folds = None if search.registry is None else folds_digest(splits)
     plan, n_trials = plan_schedule(search, splits, y)
     seed = resolve_seed(search.random_state) if seed is None else seed
     strategy = make_strategy(search.strategy, space, n_trials, seed)

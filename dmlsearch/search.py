@@ -23,7 +23,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
-from ._experiment import open_experiment, recorded_params
+from ._experiment import folds_digest, open_experiment, recorded_params
 from ._oof import artifact_sink, memory_sink
 from ._recording import SearchRecorder, data_fingerprint, input_signature, outcome_from_record
 from ._results import build_cv_results
@@ -310,6 +310,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         X, y, groups = indexable(X, y, groups)
         splits = cv_splits(self.cv, X, y, groups, classifier=is_classifier(self.estimator))
         n_splits = len(splits)
+        # Recorded (the experiment's config), so that a resume on other folds is refused.
+        self._cv_folds = None if self.registry is None else folds_digest(splits)
         primary = refit_metric or scoring.names[0]
         seed = resolve_seed(self.random_state)
         # Built now so that a bad strategy or space fails before the registry is touched.
@@ -532,7 +534,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         """
         recorder, prior, previous_status = open_experiment(
             registry, name, config, resume=self.resume, owns=registry is not self.registry,
-            metric=primary, fingerprint=fingerprint, cluster=cluster,
+            metric=primary, fingerprint=fingerprint, cluster=cluster, cv=self.cv,
         )  # fmt: skip
         self.experiment_name_ = name
         self.experiment_id_ = recorder.experiment_id
@@ -563,8 +565,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
         The ``repr`` entries are for people; ``estimator_spec`` and ``search_space_spec``
         describe both exactly (see :func:`~dmlsearch.space.describe_value`) so that a
-        resume can tell whether either changed.
+        resume can tell whether either changed, and ``cv_folds`` (the sha256 of the folds'
+        index arrays, computed by ``fit``) whether the folds did.
         """
+        folds = getattr(self, "_cv_folds", None)
         return {
             "estimator": repr(self.estimator),
             "search_space": repr(self.search_space),
@@ -579,6 +583,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             "estimator_spec": describe_value(self.estimator),
             "scoring_spec": describe_value(self.scoring),
             "search_space_spec": as_space(self.search_space).describe(),
+            **({} if folds is None else {"cv_folds": folds}),
         }
 
     def _register_best(self, recorder: SearchRecorder, X: Any) -> None:

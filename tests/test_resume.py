@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.naive_bayes import GaussianNB
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
@@ -374,3 +375,75 @@ def test_a_restored_median_source_goes_on_with_trials_between_steps():
     assert source.failed == {1}  # below the median of the restored history: stopped
     unit = source.propose()
     assert (unit.payload.trial, unit.payload.resource, unit.payload.from_resource) == (0, 3, 1)
+
+
+# -- the folds, a complete search, fewer trials, a driver still running ------------------
+
+
+def _lr_search(client, url, **kwargs):
+    params = dict(
+        strategy="tpe", n_trials=3, cv=3, client=client, random_state=0, registry=url,
+        experiment_name="lr", progress=False, dashboard=False,
+    )  # fmt: skip
+    params.update(kwargs)
+    return SearchCV(LogisticRegression(), {"C": Float(1e-3, 1e2, log=True)}, **params)
+
+
+@pytest.mark.parametrize(
+    ("cv", "match"),
+    [
+        (KFold(3, shuffle=True, random_state=1), r"the cv folds changed \(3 as before, but"),
+        (KFold(3, shuffle=True), "KFold shuffles without a fixed random_state"),
+    ],
+    ids=["seeded-shuffle", "unseeded-shuffle"],
+)
+def test_resume_on_other_folds_of_the_same_count_is_refused_and_keeps_status(
+    client, data, tmp_path, cv, match
+):
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    _lr_search(client, url).fit(X, y)  # cv=3: StratifiedKFold, no shuffle
+    with pytest.raises(InvalidParameterError, match=match) as info:
+        _lr_search(client, url, cv=cv, n_trials=5, resume=True).fit(X, y)
+    assert "same cv (splitter and random_state)" in str(info.value)
+    with Registry(url) as registry:
+        assert registry.experiment("lr").status == "complete"
+        assert len(registry.trials("lr")) == 3
+        # An experiment recorded before the folds were (no cv_folds): resumed as before.
+        exp = registry.experiment("lr")
+        registry.store.set_experiment_config(
+            exp.id, {k: v for k, v in exp.config.items() if k != "cv_folds"}
+        )
+    resumed = _lr_search(client, url, cv=cv, n_trials=4, resume=True).fit(X, y)
+    assert len(resumed.trials_) == 4
+
+
+def _either_search(client, url, multifidelity, cv=3, **kwargs):
+    """Experiment ``lr``: a plain search of 3 trials, or a halving search up to 3 epochs."""
+    if multifidelity:
+        return _rung_search(client, cv=cv, registry=url, experiment_name="lr", max_resource=3,
+                            **kwargs)  # fmt: skip
+    return _lr_search(client, url, cv=cv, **kwargs)
+
+
+@pytest.mark.parametrize("multifidelity", [False, True], ids=["plain", "multifidelity"])
+def test_resume_with_a_splitter_giving_the_same_folds_is_accepted(
+    client, digits, tmp_path, multifidelity
+):
+    X, y = digits[0][:150], digits[1][:150]
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+
+    def search(cv, **kwargs):
+        return _either_search(client, url, multifidelity, cv, **kwargs)
+
+    first = search(3).fit(X, y)
+    # StratifiedKFold(3) is what cv=3 means for a classifier: the same folds.
+    resumed = search(StratifiedKFold(3), resume=True).fit(X, y)
+    assert resumed.best_params_ == first.best_params_
+    with Registry(url) as registry:
+        assert registry.experiment("lr").config["cv_folds"] == resumed._cv_folds
+    # Other folds are refused, multi-fidelity or not.
+    with pytest.raises(InvalidParameterError, match="the cv folds changed"):
+        search(KFold(3, shuffle=True, random_state=0), resume=True).fit(X, y)
+
+
