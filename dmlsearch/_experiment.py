@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,13 +22,17 @@ from .exceptions import InvalidParameterError
 
 if TYPE_CHECKING:
     from ._recording import PriorRun
-    from .registry import Registry, TrialRecord
+    from .registry import ExperimentRecord, ModelVersionRecord, Registry, TrialRecord
+    from .search import SearchCV
     from .strategies import Strategy
 
 __all__ = [
+    "CompleteRun",
+    "already_complete",
     "folds_digest",
     "open_experiment",
     "recorded_params",
+    "warn_recorded_beyond",
 ]
 
 
@@ -116,6 +122,103 @@ def open_experiment(
             registry.close()
         raise
     return recorder, prior, previous_status
+
+
+def warn_recorded_beyond(name: str, prior: PriorRun, total: int | None, n_trials: Any) -> None:
+    """Warn that a resume asks for fewer trials (``total``) than experiment ``name``
+    records: no new trial starts."""
+    recorded = len(prior.numbers)
+    if total is None or recorded <= total:
+        return
+    warnings.warn(
+        f"experiment {name!r} already records {recorded} trials, more than the {total} "
+        f"this search asks for (n_trials={n_trials!r}), so no new trial starts; a larger "
+        "n_trials continues it",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+@dataclass(frozen=True)
+class CompleteRun:
+    """A complete experiment a resume would add nothing to (:func:`already_complete`)."""
+
+    experiment: ExperimentRecord
+    #: How many trials it records, and how many the resume asks for (None: a
+    #: multi-fidelity search asking for the n_trials it ran with).
+    recorded: int
+    asked: int | None
+    #: Its best trial (None: none completed) and the latest version of its model
+    #: registered from it (None: none was).
+    best: TrialRecord | None
+    version: ModelVersionRecord | None
+
+
+def already_complete(registry: Registry, search: SearchCV) -> CompleteRun | None:
+    """What experiment ``search.experiment_name`` holds, when resuming it with ``search``
+    would run nothing new; else None (and the resume runs, or is refused, as usual).
+
+    Decided from the registry and the search's arguments alone (no data, no cluster): the
+    experiment is ``complete``, its estimator, search space, scoring and schedule are
+    those it ran with, and it records every trial ``search`` asks for (trials 0 to
+    ``n_trials - 1``, the whole grid for a grid search). A multi-fidelity search's trials
+    depend on the data and on which the schedule promotes: it must ask for the
+    ``n_trials`` it ran with, and have run without a ``time_budget`` (one may have ended it
+    early). The data and folds are not compared here.
+    """
+    from ._schedule_plan import schedule_spec
+    from .registry import NotFoundError
+    from .space import as_space, describe_value
+    from .strategies import make_strategy
+
+    name = search.experiment_name
+    if name is None:
+        return None
+    try:
+        exp = registry.store.get_experiment(name)
+    except NotFoundError:
+        return None
+    stored = exp.config
+    if exp.status != "complete" or not isinstance(stored.get("seed"), int):
+        return None
+    multifidelity = search.scheduler is not None
+    current = {
+        "estimator_spec": describe_value(search.estimator),
+        "search_space_spec": as_space(search.search_space).describe(),
+        "scoring_spec": describe_value(search.scoring),
+        **({"schedule": schedule_spec(search)} if multifidelity else {}),
+    }
+    for key, value in _stored_form(current).items():
+        if key not in stored or _differences(stored[key], value, key):
+            return None
+    if multifidelity != ("schedule" in stored):
+        return None
+    numbers = {t.number for t in registry.store.get_trials(exp.id)}
+    asked: int | None = None
+    if multifidelity:
+        if stored.get("n_trials") != search.n_trials or stored.get("time_budget") is not None:
+            return None
+    else:
+        asked = make_strategy(search.strategy, as_space(search.search_space),
+                              search.n_trials, stored["seed"]).total  # fmt: skip
+        if asked is None or not set(range(asked)) <= numbers:
+            return None
+    best = registry.best_trials(exp.id, 1)
+    return CompleteRun(
+        exp, len(numbers), asked, best[0] if best else None, _version_of(registry, exp)
+    )
+
+
+def _version_of(registry: Registry, exp: ExperimentRecord) -> ModelVersionRecord | None:
+    """The latest version of model ``exp.name`` registered from experiment ``exp``."""
+    from .registry import NotFoundError
+
+    try:
+        versions = registry.store.list_model_versions(exp.name)
+    except NotFoundError:
+        return None
+    mine = [v for v in versions if v.lineage.get("experiment_id") == exp.id]
+    return mine[-1] if mine else None
 
 
 def recorded_params(

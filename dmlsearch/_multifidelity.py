@@ -21,7 +21,7 @@ from sklearn.base import clone, is_classifier
 from sklearn.utils import indexable
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
-from ._experiment import folds_digest
+from ._experiment import folds_digest, warn_recorded_beyond
 from ._results import build_rung_results, rung_attributes
 from ._rung_records import RungRows, open_experiment, restore_steps
 from ._rung_store import StateStore, state_store_for
@@ -333,6 +333,7 @@ def fit_multifidelity(
                 if prior is not None:
                     if prior.seed != setup.seed:  # the seed the experiment started with
                         setup = _prepare(search, X, y, groups, fit_params, prior.seed)
+                    warn_recorded_beyond(name, prior, setup.strategy.total, search.n_trials)
                     restored = restore_steps(
                         search, opened, prior, previous, setup.strategy, setup.space,
                         len(setup.splits),

@@ -32,6 +32,7 @@ from .registry import (
     ModelVersionRecord,
     NotFoundError,
     Registry,
+    RegistryError,
     RegistryUnavailableError,
     TrialRecord,
 )
@@ -268,6 +269,20 @@ class SearchRecorder:
         return self._retrying(
             lambda: self.registry.register_model(self.name, model, **kwargs), deadline
         )
+
+    def registered(self, trial: int) -> ModelVersionRecord | None:
+        """The latest version of the experiment's model, when this experiment registered it
+        from trial ``trial`` (a resume that found no better trial): registering the refit
+        again would only add a duplicate version. None when it did not (or the registry
+        cannot say: then the model is registered as usual)."""
+        try:
+            latest = self.store.get_model_version(self.name)
+        except (NotFoundError, RegistryError):
+            return None
+        lineage = latest.lineage
+        if lineage.get("experiment_id") == self.experiment_id and lineage.get("trial") == trial:
+            return latest
+        return None
 
     def unregistered(self, model: Any, exc: Exception, trial: int) -> str:
         """The warning for a best model that :meth:`register_model` refused, with what to do.

@@ -23,7 +23,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
-from ._experiment import folds_digest, open_experiment, recorded_params
+from ._experiment import folds_digest, open_experiment, recorded_params, warn_recorded_beyond
 from ._oof import artifact_sink, memory_sink
 from ._recording import SearchRecorder, data_fingerprint, input_signature, outcome_from_record
 from ._results import build_cv_results
@@ -507,6 +507,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         if prior.seed != seed:
             seed = prior.seed
             strategy = make_strategy(self.strategy, space, self.n_trials, seed)
+        warn_recorded_beyond(name, prior, strategy.total, self.n_trials)
         for record in prior.trials:
             params = self._recorded_params(record, strategy, space, recorder, previous_status)
             if params is None:
@@ -606,6 +607,16 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             if key.startswith(("mean_test_", "std_test_")):
                 metrics[key] = float(values[self.best_index_])
         trial = self.trials_[self.best_index_].number
+        earlier = recorder.registered(trial)
+        if earlier is not None:
+            # A resume that found no better trial: its refit is the model registered then.
+            self.model_version_ = earlier
+            logger.info(
+                "dmlsearch: best trial %d of experiment %r is registered already, as %s v%d; "
+                "not registered again",
+                trial, recorder.name, earlier.model, earlier.version,
+            )  # fmt: skip
+            return
         try:
             # Retries a briefly unavailable registry; a finished search never fails here.
             self.model_version_ = recorder.register_model(

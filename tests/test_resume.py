@@ -447,3 +447,64 @@ def test_resume_with_a_splitter_giving_the_same_folds_is_accepted(
         search(KFold(3, shuffle=True, random_state=0), resume=True).fit(X, y)
 
 
+def test_resuming_a_complete_search_does_not_register_its_model_again(client, data, tmp_path):
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    first = _lr_search(client, url).fit(X, y)
+    assert first.model_version_.version == 1
+    again = _lr_search(client, url, resume=True).fit(X, y)
+    # The refit gives best_estimator_; the best trial's model is v1 already.
+    assert again.predict(X).shape == y.shape
+    assert again.model_version_.version == 1
+    with Registry(url) as registry:
+        assert [v.version for v in registry.versions("lr")] == [1]
+        # Once the latest version is another (registered by hand), the best trial's
+        # refit becomes the latest again.
+        registry.register_model("lr", first.best_estimator_)
+    third = _lr_search(client, url, resume=True).fit(X, y)
+    assert third.model_version_.version == 3
+    assert third.model_version_.lineage["trial"] == third.trials_[third.best_index_].number
+
+
+@pytest.mark.parametrize("multifidelity", [False, True], ids=["plain", "multifidelity"])
+def test_a_complete_experiment_has_nothing_to_resume_only_for_what_it_ran(
+    client, digits, tmp_path, multifidelity
+):
+    from dmlsearch._experiment import already_complete
+
+    X, y = digits[0][:150], digits[1][:150]
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+
+    def search(**kwargs):
+        return _either_search(client, url, multifidelity, resume=True, **kwargs)
+
+    first = _either_search(client, url, multifidelity).fit(X, y)
+    with Registry(url) as registry:
+        done = already_complete(registry, search())
+        assert done is not None and done.recorded == len({t.number for t in first.trials_})
+        assert done.version.version == 1 and done.best is not None
+        assert done.version.lineage["trial"] == first.trials_[first.best_index_].number
+        if not multifidelity:
+            assert (done.asked, already_complete(registry, search(n_trials=2)).asked) == (3, 2)
+        assert already_complete(registry, search(n_trials=20)) is None  # more to run
+        assert already_complete(registry, search(error_score=0.0)) is not None
+        if multifidelity:
+            assert (
+                already_complete(registry, search().set_params(max_resource=9)) is None
+            )  # refused later
+        else:
+            assert already_complete(registry, search().set_params(estimator=GaussianNB())) is None
+        exp = registry.experiment("lr")
+        registry.store.set_experiment_status(exp.id, "interrupted")
+        assert already_complete(registry, search()) is None
+
+
+def test_resume_with_fewer_trials_than_recorded_warns_that_none_starts(client, data, tmp_path):
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    _lr_search(client, url, n_trials=4).fit(X, y)
+    with pytest.warns(UserWarning, match=r"already records 4 trials, more than the 2 .*no new"):
+        resumed = _lr_search(client, url, n_trials=2, resume=True).fit(X, y)
+    assert [t.number for t in resumed.trials_] == [0, 1, 2, 3]  # restored, none new
+
+

@@ -48,12 +48,14 @@ def _run(
         )
         return
 
+    if resume and _report_complete(cfg, registry, json_):
+        return  # nothing to resume: no cluster, no refit, no new version
     ensembles: list[dict[str, Any]] = []
 
     def selected(selection: Any, record: Any) -> None:
         ensembles.append(_ensemble_row(record, selection.oof_score_))
 
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     search = run_experiment(
         cfg,
         resume=resume,
@@ -85,13 +87,81 @@ def _run(
             f"(trial {result['best_trial']})"
         )
         console.print(f"best params: {result['best_params']}")
-    if result["model"] is not None:
+    version = getattr(search, "model_version_", None)
+    if version is not None and version.created < began:
+        # A resume that found no better trial: its refit is that version (not registered again).
+        console.print(
+            f"model {version.model} v{version.version} (registered earlier from trial "
+            f"{result['best_trial']}; not registered again); "
+            f"`dmlsearch show {result['experiment']}` for the leaderboard"
+        )
+    elif result["model"] is not None:
         console.print(
             f"registered model {result['model']['name']} v{result['model']['version']}; "
             f"`dmlsearch show {result['experiment']}` for the leaderboard"
         )
     for ens in ensembles:
         console.print(_ensemble_line(ens))
+
+
+def _report_complete(cfg: Any, registry: str | None, json_: bool) -> bool:
+    """Whether resuming ``cfg``'s search would run nothing new (its experiment is complete
+    and records every trial the file asks for, :func:`dmlsearch._experiment.
+    already_complete`); then it says so, naming its best trial and model version."""
+    from .._experiment import already_complete
+    from ..config import build_search, make_registry
+
+    with make_registry(cfg, registry) as reg:
+        search = build_search(cfg, registry=reg, resume=True)
+        done = already_complete(reg, search)
+        ensembles = [] if done is None else _experiment_ensembles(reg, cfg.name)
+    if done is None:
+        return False
+    best, version = done.best, done.version
+    metric = search.scoring if isinstance(search.scoring, str) else search.refit
+    result = {
+        "experiment": done.experiment.name,
+        "experiment_id": done.experiment.id,
+        "kind": "search",
+        "complete": True,
+        "n_trials": done.recorded,
+        "metric": metric if isinstance(metric, str) else "score",
+        "best_score": None if best is None else best.value,
+        "best_trial": None if best is None else best.number,
+        "best_params": None if best is None else best.params,
+        "model": None if version is None else {"name": version.model, "version": version.version},
+        "ensembles": ensembles,
+    }
+    if json_:
+        _echo_json(result)
+    if done.asked is None:
+        asked = "its schedule ran to the end with this n_trials"
+    elif done.recorded > done.asked:
+        asked = f"more than the {done.asked} the file asks for (search.n_trials)"
+    else:
+        asked = f"all {done.asked} the file asks for"
+    lines = [
+        f"experiment {done.experiment.name!r} is already complete: {done.recorded} trials "
+        f"recorded, {asked}; nothing to resume (a larger --set search.n_trials=... runs more)"
+    ]
+    if best is not None:
+        lines.append(f"best {result['metric']}: {_score(best.value)} (trial {best.number})")
+    if version is not None:
+        trial = version.lineage.get("trial")
+        lines.append(
+            f"model {version.model} v{version.version}"
+            + ("" if trial is None else f" (trial {trial})")
+            + f"; `dmlsearch show {done.experiment.name}` for the leaderboard"
+        )
+    for ens in ensembles:
+        lines.append(_ensemble_line(ens))
+    for line in lines:
+        typer.echo(line, err=True)
+    return True
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _no_trial_completed(search: Any, result: dict[str, Any]) -> str | None:

@@ -1,0 +1,64 @@
+"""``dmlsearch resume`` of a search with nothing left to run, or on other folds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dmlsearch import Registry
+from dmlsearch.cli import app
+
+pytestmark = pytest.mark.cluster
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+SMALL = ["--set", "search.n_trials=3", "--set", "search.cv=2", "--no-progress"]
+# Nothing listens there: a command that tried to reach a cluster would fail (exit 2).
+NO_CLUSTER = ["--set", "cluster.address=tcp://127.0.0.1:9"]
+
+
+def invoke(*args: str | Path) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_resume_of_a_complete_search_reports_it_and_starts_nothing(
+    tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    address = ["--set", f"cluster.address={client.scheduler.address}", "--registry", url]
+    nowhere = [*NO_CLUSTER, "--registry", url]
+    ran = invoke("run", QUICKSTART, *SMALL, *address)
+    assert ran.exit_code == 0, ran.output
+
+    again = invoke("resume", QUICKSTART, *SMALL, *nowhere)
+    assert again.exit_code == 0, again.output
+    assert "'quickstart-digits' is already complete: 3 trials recorded" in again.stderr
+    assert (
+        "model quickstart-digits v1 (trial " in again.stderr and "best accuracy: " in again.stderr
+    )
+    out = json.loads(invoke("resume", QUICKSTART, *SMALL, *nowhere, "--json").stdout)
+    assert out["complete"] is True and out["kind"] == "search" and out["n_trials"] == 3
+    assert out["model"] == {"name": "quickstart-digits", "version": 1}
+    # Fewer trials than recorded: said so, nothing runs.
+    fewer = invoke("resume", QUICKSTART, *SMALL, "--set", "search.n_trials=2", *nowhere)
+    assert fewer.exit_code == 0, fewer.output
+    assert "3 trials recorded, more than the 2 the file asks for" in fewer.stderr
+    with Registry(url) as registry:
+        assert [v.version for v in registry.versions("quickstart-digits")] == [1]
+        assert registry.experiment("quickstart-digits").status == "complete"
+
+    # More trials: it runs, on the same folds only.
+    other_folds = (
+        "search.cv={class: sklearn.model_selection.KFold, "
+        "params: {n_splits: 2, shuffle: true, random_state: 1}}"
+    )
+    refused = invoke("resume", QUICKSTART, *SMALL, "--set", "search.n_trials=4",
+                     "--set", other_folds, *address)  # fmt: skip
+    assert refused.exit_code == 2, refused.output
+    assert "the cv folds changed (2 as before" in refused.stderr
+    with Registry(url) as registry:
+        assert len(registry.trials("quickstart-digits")) == 3
