@@ -3,13 +3,17 @@
 What ``SearchCV``, the multi-fidelity search and :func:`dmlsearch.optimize` share: a
 resume must run the same estimator, search space, schedule and cross-validation folds,
 and gets back the exact parameters of every recorded trial (regenerated, or decoded from
-their stored form).
+their stored form). A resume of an experiment another driver may still be running is
+refused (:func:`_check_not_running`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
+import socket
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +31,8 @@ if TYPE_CHECKING:
     from .strategies import Strategy
 
 __all__ = [
+    "ACTIVE_SECONDS",
+    "FORCE_RESUME",
     "CompleteRun",
     "already_complete",
     "folds_digest",
@@ -35,6 +41,12 @@ __all__ = [
     "warn_recorded_beyond",
 ]
 
+#: Seconds after a running experiment's last sign of life (a trial recorded, a driver
+#: opening it) during which a resume from another host is refused: another driver may
+#: still be running it (see :func:`_check_not_running`).
+ACTIVE_SECONDS = 120.0
+#: Set (to anything but ``0``) in the environment, a resume skips that check.
+FORCE_RESUME = "DMLSEARCH_FORCE_RESUME"
 
 
 _RESUME_FIXED = {
@@ -107,6 +119,7 @@ def open_experiment(
                 check(existing.config)
             same_data = existing.data_fingerprint in (None, fingerprint)
             _check_same_config(name, existing.config, _stored_form(config), same_data, cv)
+            _check_not_running(registry, existing)
         except BaseException:
             if owns:
                 registry.close()
@@ -314,6 +327,69 @@ def _folds_changed(stored: dict[str, Any], cv: Any) -> str:
             "differ on every run: give it one (an int: the one it ran with, if it had one)"
         )
     return text + ")"
+
+
+def _check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
+    """Refuse to resume an experiment that another driver may still be running.
+
+    A heuristic on what the registry holds (documented in docs/cli.md): a driver records
+    its host, process id and start in the experiment's ``config["driver"]``. An experiment
+    whose status is ``running`` (a driver runs it, or one was killed before recording its
+    end) is refused when that driver's process still lives on this host, or, when it ran
+    on another host (or recorded no driver), when a trial was recorded or the driver
+    started less than :data:`ACTIVE_SECONDS` ago. ``$DMLSEARCH_FORCE_RESUME`` skips it.
+    """
+    if existing.status != "running" or os.environ.get(FORCE_RESUME, "") not in ("", "0"):
+        return
+    driver = existing.config.get("driver")
+    driver = driver if isinstance(driver, dict) else {}
+    host, pid = driver.get("host"), driver.get("pid")
+    force = (
+        f"if no driver runs it any more (killed, its machine lost), set {FORCE_RESUME}=1 in "
+        "the environment to resume it now"
+    )
+    if host == socket.gethostname() and isinstance(pid, int) and os.name == "posix":
+        if pid != os.getpid() and _alive(pid):
+            raise _running(existing.name, f"process {pid} on this host ({host}) runs it", force)
+        return  # its driver on this host is gone (this process, or killed)
+    opened = driver.get("opened")
+    last = max(
+        [
+            opened if isinstance(opened, int | float) else existing.created,
+            *(t.finished or t.started or 0.0 for t in registry.store.get_trials(existing.id)),
+        ]
+    )
+    age = time.time() - last
+    if age < ACTIVE_SECONDS:
+        where = f" on {host}" if isinstance(host, str) else ""
+        raise _running(
+            existing.name,
+            f"its last trial record or driver start{where} is {max(age, 0.0):.0f} s old",
+            f"{force}, or resume again in {ACTIVE_SECONDS - max(age, 0.0):.0f} s, when no "
+            f"record younger than {ACTIVE_SECONDS:.0f} s says it is in use",
+        )
+
+
+def _running(name: str, why: str, force: str) -> InvalidParameterError:
+    return InvalidParameterError(
+        "resume",
+        f"experiment {name!r} is running: {why}, so another driver may still be running it, "
+        f"and two would run the same trials and register two models. Wait for it to end; "
+        f"{force}",
+    )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this (POSIX) host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    except OSError:
+        return False
+    return True
 
 
 def _differences(old: Any, new: Any, path: str) -> list[str]:

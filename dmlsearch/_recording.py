@@ -15,7 +15,9 @@ import dataclasses
 import importlib.metadata
 import logging
 import math
+import os
 import random
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -67,6 +69,13 @@ def data_fingerprint(X: Any, y: Any, groups: Any = None) -> str:
     from dask.base import tokenize
 
     return str(tokenize(X, y, groups))
+
+
+def driver_stamp() -> dict[str, Any]:
+    """The driver running an experiment now, as its ``config["driver"]`` records it: this
+    host and process, and when it opened the experiment (read when another resume asks
+    whether the experiment is in use: :func:`dmlsearch._experiment._check_not_running`)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "opened": time.time()}
 
 
 def package_versions() -> dict[str, str]:
@@ -152,13 +161,14 @@ class SearchRecorder:
                         "with; resume with the same X, y and groups, or start a new experiment",
                     )
                 self.experiment_id = exp.id
+                self.store.set_experiment_config(exp.id, {**exp.config, "driver": driver_stamp()})
                 self.store.set_experiment_status(exp.id, "running")
                 done = self.store.get_trials(exp.id)
                 return PriorRun(seed=int(exp.config["seed"]), trials=done)
         try:
             exp = self.store.create_experiment(
                 self.name,
-                config=config,
+                config={**config, "driver": driver_stamp()},
                 package_versions=package_versions(),
                 data_fingerprint=fingerprint,
                 cluster=cluster,

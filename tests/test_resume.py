@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
@@ -508,3 +511,61 @@ def test_resume_with_fewer_trials_than_recorded_warns_that_none_starts(client, d
     assert [t.number for t in resumed.trials_] == [0, 1, 2, 3]  # restored, none new
 
 
+def _mark_running(url: str, **driver) -> None:
+    """Make experiment ``lr`` look as another driver left it: ``running``, that driver
+    recorded in its config."""
+    with Registry(url) as registry:
+        exp = registry.experiment("lr")
+        registry.store.set_experiment_config(exp.id, {**exp.config, "driver": driver})
+        registry.store.set_experiment_status(exp.id, "running")
+
+
+def test_resume_while_a_driver_on_this_host_still_runs_it_is_refused(
+    client, data, tmp_path, monkeypatch
+):
+    import socket
+    import subprocess
+    import sys
+
+    from dmlsearch._experiment import FORCE_RESUME
+
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    _lr_search(client, url).fit(X, y)
+    host = socket.gethostname()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _mark_running(url, host=host, pid=other.pid, opened=0.0)
+        with pytest.raises(InvalidParameterError, match=rf"process {other.pid} on this host"):
+            _lr_search(client, url, n_trials=5, resume=True).fit(X, y)
+        with Registry(url) as registry:
+            assert registry.experiment("lr").status == "running"
+            assert len(registry.trials("lr")) == 3  # nothing ran
+        monkeypatch.setenv(FORCE_RESUME, "1")  # the message's way round it
+        assert len(_lr_search(client, url, resume=True).fit(X, y).trials_) == 3
+        monkeypatch.delenv(FORCE_RESUME)
+    finally:
+        other.kill()
+        other.wait()
+    # That driver is gone (as after a SIGKILL): resumed at once.
+    _mark_running(url, host=host, pid=other.pid, opened=time.time())
+    assert len(_lr_search(client, url, n_trials=4, resume=True).fit(X, y).trials_) == 4
+
+
+def test_resume_of_an_experiment_recently_active_on_another_host_is_refused(client, data, tmp_path):
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    _lr_search(client, url).fit(X, y)
+    _mark_running(url, host="elsewhere", pid=1, opened=time.time() - 3600)
+    # Its trials were recorded seconds ago: another driver may be running it.
+    with pytest.raises(InvalidParameterError, match=r"on elsewhere is \d+ s old.*resume again"):
+        _lr_search(client, url, resume=True).fit(X, y)
+    with Registry(url) as registry:
+        exp = registry.experiment("lr")
+        old = [
+            dataclasses.replace(t, started=t.started - 3600, finished=t.finished - 3600)
+            for t in registry.store.get_trials(exp.id)
+        ]
+        registry.store.record_trials(exp.id, old)
+    # Nothing recorded for an hour: that driver is taken to be gone.
+    assert len(_lr_search(client, url, n_trials=4, resume=True).fit(X, y).trials_) == 4
