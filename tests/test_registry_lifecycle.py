@@ -387,15 +387,32 @@ def test_a_registry_does_not_record_an_artifact_folder_it_cannot_write(url, tmp_
         pass
 
 
+@contextmanager
+def _unreachable(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Writes under ``folder`` fail as botocore's do for an endpoint that does not answer:
+    with an exception that is not an OSError."""
+    open_ = LocalFileSystem._open
+
+    def no_answer(self: Any, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith(str(folder)) and set(mode) & set("wax+"):
+            raise RuntimeError('Could not connect to the endpoint URL: "http://s3:9000/"')
+        return open_(self, path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "_open", no_answer)
+    yield
+
+
 @pytest.mark.cluster
+@pytest.mark.parametrize("failing", [_unwritable, _unreachable])
 def test_a_search_whose_store_cannot_be_written_warns_and_completes(
-    url, tmp_path, client, models, monkeypatch
+    url, tmp_path, client, models, monkeypatch, failing
 ):
-    """Probe p12: fit raised PermissionError after every trial, the experiment "failed"."""
+    """Probe p12: fit raised PermissionError after every trial, the experiment "failed";
+    and so it did for botocore's EndpointConnectionError, which is not an OSError."""
     X, _ = models
     y = (X[:, 0] > 0).astype(int)
     store = tmp_path / "store"
-    with Registry(url, str(store)) as reg, _unwritable(store, monkeypatch):
+    with Registry(url, str(store)) as reg, failing(store, monkeypatch):
         search = SearchCV(
             LogisticRegression(),
             {"C": Float(0.1, 1.0)},

@@ -165,11 +165,14 @@ class RegistrySection(_Section):
 
     ``url``: a SQLAlchemy database URL (default ``$DMLSEARCH_REGISTRY``, else
     ``sqlite:///./dmlsearch.db`` in the working directory); ``artifacts``: a folder or
-    fsspec URL for model files (default beside a SQLite database).
+    fsspec URL for model files (default beside a SQLite database); ``storage_options``:
+    the fsspec options of that store (an S3 ``endpoint_url``, ``profile``, ``anon``...),
+    never recorded nor shown.
     """
 
     url: str | None = None
     artifacts: str | None = None
+    storage_options: dict[str, Any] | None = Field(default=None, repr=False)
 
     @field_validator("artifacts", mode="after")
     @classmethod
@@ -182,13 +185,36 @@ class RegistrySection(_Section):
         if value is not None:
             import fsspec
 
+            from ..registry.artifacts import ArtifactLocationError, check_location
+            from ..registry.artifacts import location_protocols as protocols
+
+            try:  # s3:models (no //), '::' in a path, a read-only protocol
+                check_location(value)
+            except ArtifactLocationError as exc:
+                raise _err(str(exc).removeprefix("artifacts: ")) from None
             # A typo in the protocol would otherwise only fail once the registry opens.
-            protocol = fsspec.core.split_protocol(value)[0]
-            if protocol is not None and protocol not in fsspec.available_protocols():
-                raise _err(
-                    f"unknown protocol {protocol!r} in {value!r}: expected a folder or an "
-                    "fsspec URL (file://, s3://, gs://, az://, ...)"
-                )
+            for protocol in protocols(value):
+                if protocol not in fsspec.available_protocols():
+                    raise _err(
+                        f"unknown protocol {protocol!r} in {value!r}: expected a folder or an "
+                        "fsspec URL (file://, s3://, gs://, az://, ...)"
+                    )
+        return value
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _storage_options(cls, value: Any) -> Any:
+        # Never echo the values: they may be credentials.
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise _err(
+                "expected a mapping of fsspec storage options (e.g. {endpoint_url: "
+                f"'http://minio:9000', anon: false}}), got a {type(value).__name__}"
+            )
+        for key in value:
+            if not isinstance(key, str):
+                raise _err(f"expected option names as keys, got {key!r}")
         return value
 
     @field_validator("url", mode="after")

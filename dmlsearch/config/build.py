@@ -177,7 +177,8 @@ def make_registry(cfg: ExperimentConfig, url: str | None = None) -> Registry:
     """The registry ``registry`` names (``url`` overrides it); close it when done."""
     from ..registry import Registry
 
-    return Registry(url or cfg.registry.url, cfg.registry.artifacts)
+    section = cfg.registry
+    return Registry(url or section.url, section.artifacts, storage_options=section.storage_options)
 
 
 @contextmanager

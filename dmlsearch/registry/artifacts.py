@@ -12,14 +12,16 @@ read, but never garbage-collected (any registry sharing the store may use them).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import os
+import re
 import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +36,10 @@ __all__ = [
     "ArtifactStore",
     "ArtifactWriteError",
     "Blob",
+    "check_location",
     "default_artifacts_url",
     "local_path",
+    "location_protocols",
 ]
 
 _HEX = frozenset("0123456789abcdef")
@@ -45,6 +49,13 @@ _ASIDE = ".gc-"
 _CHUNK = 1 << 20
 # Writes of one blob before giving up on a temporary file that keeps vanishing.
 _WRITE_ATTEMPTS = 5
+# fsspec protocols whose filesystems can only be read (a store is written: models,
+# checkpoints, state copies); refused at open instead of failing at the first write.
+_READ_ONLY = frozenset(
+    {"http", "https", "zip", "tar", "libarchive", "github", "git", "gist", "data", "reference",
+     "dvc"}
+)  # fmt: skip
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 
 
 class ArtifactIntegrityError(DmlsearchError):
@@ -84,6 +95,83 @@ def local_path(location: str) -> str | None:
             "(three slashes), or a plain path (a relative one is made absolute)",
         )
     return urllib.request.url2pathname(parts.path) or "/"
+
+
+def _bare_protocol(piece: str) -> bool:
+    """Whether ``piece`` (of a ``::`` chain) is the name of an fsspec protocol alone."""
+    return bool(_NAME.fullmatch(piece)) and piece in fsspec.available_protocols()
+
+
+def location_protocols(location: str) -> list[str]:
+    """The fsspec protocols a store location names, outermost first: ``["s3"]`` for
+    ``s3://bucket/x``, ``["simplecache", "s3"]`` for ``simplecache::s3://bucket/x``, and
+    none for a plain path, which is a local folder as written (``/data/a::b`` included:
+    fsspec would read ``::`` as a chain of filesystems).
+
+    ``::`` chains filesystems only after protocol names (``simplecache::``); a URL with
+    ``::`` further on (``s3://bucket/a::b``) is refused by :func:`check_location`.
+    """
+    pieces = location.split("::")
+    if "://" not in pieces[0] and not (len(pieces) > 1 and _bare_protocol(pieces[0])):
+        return []  # a plain path, '::' in a name perhaps
+    protocols = []
+    for i, piece in enumerate(pieces):
+        scheme = piece.split("://", 1)[0] if "://" in piece else None
+        if scheme is None and i < len(pieces) - 1 and _bare_protocol(piece):
+            protocols.append(piece)
+        elif scheme is not None and _NAME.fullmatch(scheme):
+            protocols.append(scheme)
+    return protocols
+
+
+def check_location(
+    location: str, param: str = "artifacts", what: str = "an artifact store"
+) -> None:
+    """Refuse a store location that would not be used as written, or cannot be written:
+    ``::`` in a URL's path (fsspec would cut it there), ``s3:models`` (no ``//``: a local
+    folder named ``s3:models``), a read-only fsspec protocol (``http://``, ``zip://``).
+
+    Only names are checked (nothing is imported or contacted); an unknown protocol is
+    left to the filesystem lookup, which names it.
+    """
+    where = f"cannot use {location!r} as {what}"
+    protocols = location_protocols(location)
+    pieces = location.split("::")
+    if protocols and not all(_bare_protocol(p) for p in pieces[:-1]):
+        raise ArtifactLocationError(
+            param,
+            f"{where}: fsspec reads '::' as a link of a chain of filesystems (A::B), so a "
+            "path with '::' in it would not be used as written; chain only with protocol "
+            "prefixes (simplecache::s3://bucket/models), and name the store without '::'",
+        )
+    scheme = _NAME.match(location)
+    bare = None
+    if not protocols and scheme is not None and location[scheme.end() :][:1] == ":":
+        name = scheme.group().lower()
+        if name not in ("file", "local") and _bare_protocol(name):
+            bare = name  # s3:models: a protocol without '//'
+    for protocol in [*protocols, *([bare] if bare else [])]:
+        if protocol.lower() in _READ_ONLY:
+            raise ArtifactLocationError(
+                param,
+                f"{where}: fsspec's {protocol}:// filesystem can only be read, and the store "
+                "is written (models, checkpoints, state copies); give a folder or a "
+                "writable fsspec URL (s3://, gs://, az://, ...)",
+            )
+    if bare is not None:
+        rest = location[len(bare) + 1 :].lstrip("/")
+        raise ArtifactLocationError(
+            param,
+            f"{where}: '{bare}:' without '//' would be a local folder named "
+            f"{location!r}, not an fsspec {bare}:// URL; write {bare}://{rest} for that "
+            f"store, or ./{location} for a local folder",
+        )
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception of a storage backend (botocore's, aiohttp's...) on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _is_digest(name: str) -> bool:
@@ -141,14 +229,26 @@ class ArtifactStore:
         self.url = local_path(self.url) or self.url
         self.namespace = namespace
         self.hint = ""
+        #: The fsspec options of the store (an endpoint, credentials): passed to the
+        #: filesystem and to the workers that write to it, never shown or recorded.
+        self.storage_options = dict(storage_options)
+        check_location(self.url)
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage_options)
-        except (ValueError, ImportError) as exc:  # an unknown protocol, or its package missing
+            if location_protocols(self.url):
+                self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage_options)
+            else:
+                # A plain path is the folder it names: fsspec would read '::' in it as a
+                # chain of filesystems.
+                self.fs = fsspec.filesystem("file", **storage_options)
+                self.root = self.fs._strip_protocol(self.url)
+        except Exception as exc:  # an unknown protocol, its package missing, a bad option
+            reason = str(exc) if isinstance(exc, (ValueError, ImportError)) else _reason(exc)
             raise ArtifactLocationError(
                 "artifacts",
-                f"cannot use {self.url!r} as an artifact store: {exc}; give a folder or an "
-                "fsspec URL such as s3://bucket/models (with its package installed)",
-            ) from None
+                f"cannot use {self.url!r} as an artifact store: {reason}; give a folder or "
+                "an fsspec URL such as s3://bucket/models (with its package installed, and "
+                "storage_options= that its filesystem accepts)",
+            ) from exc
         self.root = self.root.rstrip("/")
         self.protocol = (
             self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
@@ -219,28 +319,64 @@ class ArtifactStore:
         Writing bytes that are already there only refreshes the blob's modification time, so
         that a garbage collection running meanwhile sees it as young and leaves it alone. A
         blob already there whose size or sha256 is wrong (truncated by a full disk, a bad
-        copy) is rewritten, so putting the same bytes again repairs it.
+        copy) is rewritten, so putting the same bytes again repairs it. Any failure of the
+        backend (an OSError, botocore's EndpointConnectionError...) raises
+        :class:`ArtifactWriteError` naming the store, chained to it.
         """
         digest = hashlib.sha256(data).hexdigest()
         path = self._path(digest)
-        # Refresh first, then check: a blob a gc deleted in between is found missing and
-        # written again, never committed as whatever the refresh left.
-        if not (self._refresh(path) and self._intact(path, len(data), digest)):
-            try:
+        with self._failing(self._write_error, "store the model"):
+            # Refresh first, then check: a blob a gc deleted in between is found missing
+            # and written again, never committed as whatever the refresh left.
+            if not (self._refresh(path) and self._intact(path, len(data), digest)):
                 self._write(path, data)
-            except OSError as exc:
-                raise self._write_error(exc, "store the model") from exc
         return self.uri(digest), digest
 
-    def _write_error(self, exc: OSError, doing: str) -> ArtifactWriteError:
+    @contextlib.contextmanager
+    def _failing(
+        self, error: Callable[[Exception, str], RegistryError], doing: str
+    ) -> Iterator[None]:
+        """Raise ``error(exc, doing)`` for any exception of the storage backend in the
+        block (an OSError, botocore's EndpointConnectionError, ...), chained to it; ours
+        (a DmlsearchError) and KeyboardInterrupt pass as they are."""
+        try:
+            yield
+        except DmlsearchError:
+            raise
+        except Exception as exc:
+            raise error(exc, doing) from exc
+
+    def _place(self, exc: Exception) -> str:
+        """Where a backend error happened: its file, else the store."""
+        filename = getattr(exc, "filename", None)
+        return self.show(filename) if isinstance(filename, str) else self.url
+
+    def _write_error(self, exc: Exception, doing: str) -> ArtifactWriteError:
         """What a failed write or delete says: where, why, and what to do."""
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        where = self.show(exc.filename) if isinstance(exc.filename, str) else self.url
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            advice = "make it writable (permissions, free space, a read-write mount)"
+        else:  # not the file system's answer: the backend could not do it (a network error)
+            reason = _reason(exc)
+            advice = (
+                "check that it can be reached and written (its endpoint, network and "
+                "credentials: storage_options, or its backend's environment variables)"
+            )
         return ArtifactWriteError(
-            f"cannot {doing}: the artifact store {self.url} cannot be written ({where}: "
-            f"{reason}); make it writable (permissions, free space, a read-write mount), or "
-            "open the registry with artifacts=ANOTHER_LOCATION (registry.artifacts in an "
-            "experiment file) to use another store for that session"
+            f"cannot {doing}: the artifact store {self.url} cannot be written "
+            f"({self._place(exc)}: {reason}); {advice}, or open the registry with "
+            "artifacts=ANOTHER_LOCATION (registry.artifacts in an experiment file) to use "
+            "another store for that session"
+        )
+
+    def _read_error(self, exc: Exception, doing: str) -> RegistryError:
+        """What a failed read says (not a missing file: :class:`ArtifactIntegrityError`)."""
+        return RegistryError(
+            f"cannot {doing}: the artifact store {self.url} cannot be read "
+            f"({self._place(exc)}: {_reason(exc)}); check that it can be reached and read "
+            "(its endpoint, network and credentials: storage_options, or its backend's "
+            "environment variables), or open the registry with artifacts=ANOTHER_LOCATION "
+            "if the artifacts moved"
         )
 
     def _intact(self, path: str, size: int, digest: str) -> bool:
@@ -294,9 +430,10 @@ class ArtifactStore:
 
     def locate(self, digest: str) -> str | None:
         """The path holding ``digest`` (this namespace first, then the old layout), or None."""
-        for path in self._candidates(digest):
-            if self.fs.exists(path):
-                return path
+        with self._failing(self._read_error, f"look for artifact {digest}"):
+            for path in self._candidates(digest):
+                if self.fs.exists(path):
+                    return path
         return None
 
     def exists(self, digest: str) -> bool:
@@ -305,7 +442,8 @@ class ArtifactStore:
 
     def owns(self, digest: str) -> bool:
         """Whether ``digest`` is stored in this store's own folder (where :meth:`put` writes)."""
-        return bool(self.fs.exists(self._path(digest)))
+        with self._failing(self._read_error, f"look for artifact {digest}"):
+            return bool(self.fs.exists(self._path(digest)))
 
     def get(self, digest: str, *, what: str = "") -> bytes:
         """The bytes of ``digest``; raises :class:`ArtifactIntegrityError` if they do not match.
@@ -314,11 +452,12 @@ class ArtifactStore:
         """
         label = f"artifact {digest}" + (f" {what}" if what else "")
         for path in self._candidates(digest):
-            try:
-                with self.fs.open(path, "rb") as fh:
-                    data: bytes = fh.read()
-            except FileNotFoundError:
-                continue
+            with self._failing(self._read_error, f"read {label}"):
+                try:
+                    with self.fs.open(path, "rb") as fh:
+                        data: bytes = fh.read()
+                except FileNotFoundError:
+                    continue
             actual = hashlib.sha256(data).hexdigest()
             if actual != digest:
                 raise ArtifactIntegrityError(
@@ -331,7 +470,10 @@ class ArtifactStore:
         raise ArtifactIntegrityError(f"{label} is missing: no file at {looked}; {hint}")
 
     def problem(self, digest: str, *, what: str = "") -> str | None:
-        """None if the blob exists and matches its name, else the message saying what is wrong."""
+        """None if the blob exists and matches its name, else the message saying what is wrong.
+
+        A store that cannot be read raises (RegistryError): that says nothing of the blob.
+        """
         try:
             self.get(digest, what=what)
         except ArtifactIntegrityError as exc:
@@ -348,9 +490,10 @@ class ArtifactStore:
         With a namespace that is everything under ``<root>/<namespace>``; without one, the
         files of the old layout ``<root>/<xx>/<sha>`` (never another registry's folder).
         """
-        if not self.fs.exists(self.base):
-            return []
-        found: dict[str, Any] = self.fs.find(self.base, detail=True)
+        with self._failing(self._read_error, "list the stored blobs"):
+            if not self.fs.exists(self.base):
+                return []
+            found: dict[str, Any] = self.fs.find(self.base, detail=True)
         out = []
         for path, info in sorted(found.items()):
             parts = path[len(self.base) :].strip("/").split("/")
@@ -395,9 +538,20 @@ class ArtifactStore:
         put back, the rest deleted. A registration committing after that last read finds
         its blob gone when it checks after committing, and writes it again.
         """
+        failed: list[Exception] = []  # the references' own error, not the store's
+
+        def read() -> set[str]:
+            try:
+                return references()
+            except Exception as exc:
+                failed.append(exc)
+                raise
+
         try:
-            return self._collect(references, grace_seconds, dry_run)
-        except OSError as exc:
+            return self._collect(read, grace_seconds, dry_run)
+        except Exception as exc:
+            if exc in failed or isinstance(exc, DmlsearchError):
+                raise
             raise self._write_error(exc, "delete unreferenced blobs") from exc
 
     def _collect(
@@ -461,8 +615,5 @@ class ArtifactStore:
 
     def delete(self, digest: str) -> None:
         """Delete ``digest`` from this namespace (never from the old shared layout)."""
-        path = self._path(digest)
-        try:
-            self._remove(path)
-        except OSError as exc:
-            raise self._write_error(exc, f"delete artifact {digest}") from exc
+        with self._failing(self._write_error, f"delete artifact {digest}"):
+            self._remove(self._path(digest))

@@ -13,10 +13,9 @@ import os
 import re
 import uuid
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import fsspec
 
 from ..exceptions import InvalidParameterError
 from ._base import RegistryError, RegistryStore
@@ -25,7 +24,13 @@ from ._registry_models import ENSEMBLE_FORMAT as ENSEMBLE_FORMAT
 from ._registry_models import _RegistryModels
 from ._registry_runs import _RegistryRuns
 from ._registry_upkeep import _RegistryUpkeep
-from .artifacts import ArtifactLocationError, ArtifactStore, local_path
+from .artifacts import (
+    ArtifactLocationError,
+    ArtifactStore,
+    check_location,
+    local_path,
+    location_protocols,
+)
 from .sql import SQLStore, default_registry_url, sqlite_path
 
 __all__ = ["ENSEMBLE_FORMAT", "Registry", "as_registry", "shown_url"]
@@ -48,13 +53,17 @@ def shown_url(url: str) -> str:
 
 
 def _is_url(location: str) -> bool:
-    return "://" in location
+    return bool(location_protocols(location))
 
 
 def _normalize(location: str, base: Path | None = None) -> str:
     """A location as compared and used: URLs as given, local paths (file URLs decoded)
-    absolute."""
+    absolute. A location the user gives (no ``base``) is checked first: ``s3:models``
+    (no ``//``), ``::`` in a URL's path, a read-only protocol; one the registry records
+    is read as it was written."""
     local = local_path(location)
+    if local is None and base is None:
+        check_location(location)
     if local is None and _is_url(location):
         return location.rstrip("/")
     path = Path(local or location).expanduser()
@@ -67,14 +76,35 @@ def _stored_form(location: str, folder: Path | None) -> str:
     """What the registry records: relative to a SQLite file's folder when inside it.
 
     A SQLite registry moved together with its artifacts (the default layout) still finds
-    them; anything else is recorded absolute.
+    them; anything else is recorded absolute. A relative form that would read as a URL
+    (a folder ``s3::x``) is recorded as ``./s3::x``.
     """
     if folder is not None and not _is_url(location):
         try:
-            return Path(location).relative_to(folder).as_posix() or "."
+            relative = Path(location).relative_to(folder).as_posix() or "."
         except ValueError:
-            pass
+            return location
+        return f"./{relative}" if _is_url(relative) else relative
     return location
+
+
+def _check_storage_options(value: object) -> dict[str, Any] | None:
+    """``storage_options`` as given (a mapping with str keys), or None; never shows values."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError(
+            "storage_options",
+            f"expected a mapping of fsspec storage options (e.g. {{'endpoint_url': "
+            f"'http://minio:9000'}}) or None, got a {type(value).__name__}",
+        )
+    keys = [k for k in value if not isinstance(k, str)]
+    if keys:
+        raise InvalidParameterError(
+            "storage_options",
+            f"expected option names (str) as keys, got a {type(keys[0]).__name__} key",
+        )
+    return dict(value)
 
 
 class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
@@ -96,6 +126,11 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
 
     With ``create=False`` nothing is created: a database without a registry (or a SQLite
     file that does not exist) raises RegistryError naming the URL. Reading commands use it.
+
+    ``storage_options``: passed to the fsspec filesystem of the artifact store (an S3
+    ``endpoint_url``, ``profile``, ``anon``, ...) and to the workers that write to it
+    (multi-fidelity state copies). They may hold secrets: they are never recorded in the
+    registry nor shown; a later open passes them again.
     """
 
     def __init__(
@@ -105,12 +140,14 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
         *,
         store: RegistryStore | None = None,
         create: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         check_text("url", url, "a database URL", optional=True)
         check_text(
             "artifacts", artifacts, "an artifact store location (path or URL)", optional=True
         )
         check_bool("create", create)
+        self._storage_options = _check_storage_options(storage_options) or {}
         if store is None:
             self.url = url or default_registry_url()
             store = SQLStore(self.url, create=create)
@@ -128,7 +165,9 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
             self.registry_id = registry_id
             location, hint = self._artifacts_location(artifacts, create)
             try:
-                self.artifacts = ArtifactStore(location, namespace=registry_id)
+                self.artifacts = ArtifactStore(
+                    location, namespace=registry_id, **self._storage_options
+                )
                 self._check_shared(location)
             except RegistryError as exc:
                 if location != self.recorded_artifacts:
@@ -150,8 +189,7 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
     def _check_shared(self, location: str) -> None:
         """Refuse an in-process store (``memory://``) for a registry other processes open:
         its versions would name blobs no other process can read."""
-        protocol = fsspec.core.split_protocol(location)[0]
-        if protocol != "memory" or not isinstance(self.store, SQLStore):
+        if "memory" not in location_protocols(location) or not isinstance(self.store, SQLStore):
             return
         url = self.store.url
         if url.get_backend_name() == "sqlite" and sqlite_path(url) is None:
@@ -193,7 +231,7 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                 )
             # Refuse a location that cannot work (or be written) before recording it.
             self._check_shared(location)
-            ArtifactStore(location).check_writable()
+            ArtifactStore(location, **self._storage_options).check_writable()
             stored = self.store.setdefault_meta("artifacts", _stored_form(location, folder))
         try:
             recorded = _normalize(stored, folder)
