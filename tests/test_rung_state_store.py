@@ -14,14 +14,17 @@ import fsspec
 import numpy as np
 import pytest
 from distributed import Client
+from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.registry import _registry as fsspec_registry
 from sklearn.base import clone
 from sklearn.datasets import make_classification
 from sklearn.linear_model import SGDClassifier
 from sklearn.model_selection import StratifiedKFold
 
 from dmlsearch import Float, SearchCV
+from dmlsearch import _rung_store as rung_store
 from dmlsearch import _rungs as rungs
-from dmlsearch._rung_store import FOLDER, StateStore
+from dmlsearch._rung_store import FOLDER, StateStore, state_store_for
 from dmlsearch.exceptions import InvalidParameterError
 from dmlsearch.fidelity import train_partial_fit
 from dmlsearch.registry import Registry
@@ -207,3 +210,100 @@ def test_state_store_is_checked_before_any_work():
         SearchCV(
             SGDClassifier(), {"alpha": [1e-4]}, state_store=False, client="tcp://127.0.0.1:1"
         ).fit(X, y)
+
+
+# -- a state store that stops answering --------------------------------------------------------
+
+
+class DeadStore(MemoryFileSystem):
+    """A store whose every write fails as botocore's do for a dead endpoint (not an
+    OSError); each attempt is counted in the file its storage option ``attempts`` names,
+    from any process (the option travels to the workers as a registry's would)."""
+
+    protocol = "deadstore"
+
+    def __init__(self, *args: Any, attempts: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.attempts = attempts
+
+    def _open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        with open(self.attempts, "a", encoding="ascii") as f:
+            f.write(f"{os.getpid()} {mode}\n")
+        raise RuntimeError("Could not connect to the endpoint URL")
+
+
+@pytest.fixture
+def dead_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> dict[str, str]:
+    """The storage options of a DeadStore that counts its attempts in a file."""
+    monkeypatch.setitem(fsspec_registry, "deadstore", DeadStore)
+    monkeypatch.setattr(rung_store, "_FAILED", {})
+    return {"attempts": str(tmp_path / "attempts")}
+
+
+def _attempts(options: dict[str, str], mode: str = "w") -> list[str]:
+    """The processes' ids of each attempt to open a file in ``mode``."""
+    if not os.path.exists(options["attempts"]):
+        return []
+    with open(options["attempts"], encoding="ascii") as f:
+        return [line.split()[0] for line in f if mode in line.split()[1]]
+
+
+def test_a_failing_state_store_is_left_alone_after_one_warning(dead_store, caplog, monkeypatch):
+    """Probe: each copy to an unreachable store blocked its worker ~25 s (botocore's
+    retries) and logged a ~125-line traceback: 88 of them, 17 minutes for a 1-minute
+    search."""
+
+    def run(name: str) -> StateStore:
+        return StateStore("deadstore://states", f"{FOLDER}/{name}", 9, dead_store)
+
+    store = run("run1")
+    caplog.set_level("DEBUG", logger="dmlsearch._rung_store")
+    assert store.save("run1", 1, 1, [SGDClassifier()]) is None
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].exc_info is None
+    line = warnings[0].getMessage()
+    assert "\n" not in line and "deadstore://states" in line
+    assert "RuntimeError: Could not connect" in line and "refits" in line
+    assert any(r.levelname == "DEBUG" and r.exc_info for r in caplog.records)
+    # Left alone: no more attempts, warnings or reads for the rest of the run.
+    caplog.clear()
+    for trial in range(2, 30):
+        assert store.save("run1", trial, 1, [SGDClassifier()]) is None
+    assert store.load(1, 1, "0" * 64) is None
+    assert store.delete([(1, 1)]) == 0 and store.clear() == 0
+    assert len(_attempts(dead_store, "")) == 1 and caplog.records == []
+    # Another search (run), or the same one past the pause, tries again.
+    assert run("run2").save("run2", 1, 1, []) is None and len(_attempts(dead_store)) == 2
+    monkeypatch.setattr(rung_store, "PAUSE_SECONDS", 0.0)
+    assert store.save("run1", 31, 1, []) is None and len(_attempts(dead_store)) == 3
+
+
+def test_a_search_whose_state_store_fails_copies_once_per_worker(forgetful, digits, dead_store):
+    """The search finishes as without a store (every promotion refits: no worker keeps a
+    state here), and each worker process tries the dead store once, not at every step.
+    The registry's storage options reach the workers' copies (they count the attempts)."""
+    forgetful.run(fsspec.register_implementation, "deadstore", DeadStore, True)
+    X, y = digits
+    with Registry("sqlite://", "deadstore://team", storage_options=dead_store) as registry:
+        search = _search(forgetful, registry=registry, experiment_name="dead-store")
+        search.fit(X, y)
+    r = search.cv_results_
+    assert {t.state for t in search.trials_} == {"complete"}
+    assert not r["from_store"].any() and not r["continued"].any()
+    _check_straight(search, X, y)
+    writers = _attempts(dead_store)
+    assert 1 <= len(writers) == len(set(writers)) <= 2  # once per worker process
+
+
+def test_the_registrys_storage_options_reach_the_state_store(tmp_path):
+    """The workers' copies go where the registry's store is, with its options; they are
+    pickled with the run's context, never shown."""
+    options = {"auto_mkdir": True}
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}", storage_options=options) as registry:
+        store = state_store_for("auto", registry, "run", 9, "partial_fit")
+        assert store is not None and store.storage_options == options
+        assert "auto_mkdir" not in repr(store)
+        assert cloudpickle.loads(cloudpickle.dumps(store)).storage_options == options
+        digest = store.save("run", 1, 1, [SGDClassifier()])
+        assert digest is not None and store.load(1, 1, digest) is not None
+        assert store._artifacts.storage_options == options
