@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ._rung_store import check_state_store
 from ._scoring import Scoring, resolve_scoring
 from ._validation import check_search_params, check_space_names
+from ._xgb_matrices import stops_early
 from .exceptions import DmlsearchError, InvalidParameterError
 from .registry._checks import check_model_name
 from .space import as_space
@@ -164,8 +165,11 @@ def _check_gang(search: SearchCV) -> None:
             )
 
 
-def check_early_stopping(estimator: Any, search_space: Any, fit_params: dict[str, Any]) -> None:
-    """InvalidParameterError for xgboost early stopping without the ``eval_set`` it stops on.
+def check_early_stopping(
+    estimator: Any, search_space: Any, fit_params: dict[str, Any], workers_per_trial: Any = 1
+) -> None:
+    """InvalidParameterError for xgboost early stopping without the ``eval_set`` it stops on,
+    or on a gang (``workers_per_trial > 1``), whose trials take no fit parameters.
 
     xgboost's scikit-learn models with ``early_stopping_rounds`` need ``fit(...,
     eval_set=...)``; without it every trial would fail on a worker with xgboost's message.
@@ -184,9 +188,15 @@ def check_early_stopping(estimator: Any, search_space: Any, fit_params: dict[str
         subspaces = as_space(search_space).subspaces
     except DmlsearchError:  # the space's own check reports it
         subspaces = ()
-    stops = getattr(final, "early_stopping_rounds", None) is not None or any(
-        key in sub for sub in subspaces
-    )
+    stops = stops_early(final) or any(key in sub for sub in subspaces)
+    if stops and isinstance(workers_per_trial, int) and workers_per_trial > 1:
+        raise InvalidParameterError(
+            key,
+            f"xgboost's early stopping is not available with workers_per_trial="
+            f"{workers_per_trial} (gang trials take no eval_set): drop early_stopping_rounds "
+            "and let a scheduler stop poor trials (scheduler='asha', resource='n_estimators'), "
+            "or use workers_per_trial=1",
+        )
     if stops and f"{prefix}eval_set" not in fit_params:
         raise InvalidParameterError(
             key,

@@ -297,7 +297,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
         Every argument is validated before any work is sent to the cluster.
         """
-        check_early_stopping(self.estimator, self.search_space, fit_params)
+        check_early_stopping(self.estimator, self.search_space, fit_params, self.workers_per_trial)
         # Before anything reads the data's length (a Dask DataFrame would compute it).
         check_fit_data(X, y, groups)
         if self.scheduler is not None:

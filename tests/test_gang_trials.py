@@ -101,6 +101,11 @@ def test_early_stopping_is_refused_as_not_available_with_gangs(client, data):
     ):
         search.fit(X, y, eval_set=[(X[:50], y[:50])])
     assert not hasattr(search, "trials_")
+    # Without an eval_set it asked for one, which gang trials then refused.
+    with pytest.raises(InvalidParameterError) as caught:
+        search.fit(X, y)
+    assert "not available with workers_per_trial=2" in str(caught.value)
+    assert "eval_set=[(X_val" not in str(caught.value)
 
 
 def test_inputs_a_gang_cannot_split_as_they_are_are_refused_before_any_work(client, data):
