@@ -114,6 +114,27 @@ def test_a_backend_error_reading_names_the_store(unreachable):
         assert reg.verify() == {("m", 1): True}
 
 
+def test_a_store_that_cannot_be_read_just_after_the_write_still_registers(
+    unreachable, monkeypatch, caplog
+):
+    """The check after the commit (has a gc taken the blob?) read a store that went down
+    between the write and the check, and called a committed version not registered."""
+    with Registry("sqlite://", "unreachable://team/models") as reg:
+        write = reg.artifacts.put
+
+        def put_then_go_down(data: bytes) -> Any:
+            written = write(data)
+            unreachable.down = True
+            return written
+
+        monkeypatch.setattr(reg.artifacts, "put", put_then_go_down)
+        with caplog.at_level("WARNING", logger="dmlsearch.registry"):
+            record = reg.register_model("m", WEIGHTS, allow_pickle=True)
+        assert record.version == 1 and "could not check m v1's blob" in caplog.text
+        unreachable.down = False
+        assert reg.load_model("m", allow_pickle=True) == WEIGHTS
+
+
 # -- fix 3: storage options -------------------------------------------------------------------
 
 

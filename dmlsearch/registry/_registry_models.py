@@ -7,11 +7,12 @@ Separate from experiments and trials (``_registry_runs``): the two share only th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import InvalidParameterError
-from ._base import InUseError, ModelVersionRecord, NotFoundError
+from ._base import InUseError, ModelVersionRecord, NotFoundError, RegistryError
 from ._checks import (
     MAX_NAME,
     check_alias_name,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 #: The format of an ensemble version: JSON naming member versions and weights.
 ENSEMBLE_FORMAT = "dmlsearch-ensemble"
+
+logger = logging.getLogger("dmlsearch.registry")
 
 
 class _RegistryModels(_RegistryCore):
@@ -120,7 +123,15 @@ class _RegistryModels(_RegistryCore):
             lineage=links,
             trusted_types=serialized.trusted_types,
         )
-        if not self.artifacts.owns(digest):
+        try:
+            owned = self.artifacts.owns(digest)
+        except RegistryError as exc:
+            # The version is committed and its blob was written a moment ago: a store
+            # that cannot be read now is no reason to call the registration failed.
+            logger.warning("could not check %s v%s's blob after registering it: %s",
+                           name, record.version, exc)  # fmt: skip
+            owned = True
+        if not owned:
             # A gc in another process took the blob between the write and the commit
             # (past its grace period, or with none): write it again.
             self.artifacts.put(serialized.data)
