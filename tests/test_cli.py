@@ -126,6 +126,16 @@ def test_quickstart_on_the_embedded_default_then_inspect(in_tmp: Path, client: C
     )
     assert out["n_trials"] == 6  # 4 recorded + 2 new: n_trials is the total
     assert ok_json("list")[0]["trials"] == 6
+    # A new version only when the best trial changed: the same trial's model again
+    # would be a duplicate of v1.
+    best_before = shown["leaderboard"][0]["number"]
+    assert out["model"] == {
+        "name": "quickstart-digits",
+        "version": 1 if out["best_trial"] == best_before else 2,
+    }
+    if out["best_trial"] == best_before:
+        with Registry(f"sqlite:///{in_tmp / 'dmlsearch.db'}") as registry:
+            registry.register_model("quickstart-digits", registry.load_model("quickstart-digits"))
 
     # The registry commands.
     models = ok_json("registry", "models")
