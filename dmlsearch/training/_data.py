@@ -3,9 +3,11 @@
 ``X`` and ``y`` are NumPy arrays (scattered, one shard to each rank's worker), Dask arrays
 or Dask dataframes / series (each shard computed on its rank's worker from the chunks,
 wherever they are: the rows never pass through the driver). Either way rank r of w holds
-rows ``[r*n//w, (r+1)*n//w)``. Where the chunks are already in the workers' memory
-(persisted), :func:`rank_order` gives each rank the worker that holds most of its rows, so
-that few rows move at all.
+rows ``[r*n//w, (r+1)*n//w)``: of the data as given, or, for rows scattered from the
+driver with ``shuffle=True``, of the rows permuted once by the seed (:func:`shard_order`),
+so that each rank holds a random sample and not, say, one class of label-sorted rows.
+Where the chunks are already in the workers' memory (persisted), :func:`rank_order` gives
+each rank the worker that holds most of its rows, so that few rows move at all.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "nonfinite",
     "place_shards",
     "rank_order",
+    "shard_order",
 ]
 
 #: Up to this many ranks every assignment of workers to ranks is tried; above, a greedy one.
@@ -212,12 +215,30 @@ def head(a: Any, rows: int) -> np.ndarray:
     return np.array(part.compute() if _is_dask_array(part) else part)
 
 
-def place_shards(client: Client, workers: list[str], X: Any, y: Any) -> list[list[Future]]:
-    """``[X_r, y_r]`` futures held by ``workers[r]``, rank r's contiguous rows."""
+#: Mixed into the seed of the rows' permutation, apart from the ranks' per-epoch ones
+#: (``[seed, rank, epoch]``).
+_SHARD_STREAM = 0x5348_4152
+
+
+def shard_order(X: Any, y: Any, seed: int, shuffle: bool) -> np.ndarray | None:
+    """The permutation of the rows that :func:`place_shards` deals out to the ranks, or
+    None (contiguous rows as given): with ``shuffle``, for rows the driver holds (NumPy
+    ``X`` and ``y``). Dask input stays where its chunks are (its rows are not moved)."""
+    if not shuffle or _is_dask_array(X) or _is_dask_array(y):
+        return None
+    return np.random.default_rng([seed, _SHARD_STREAM]).permutation(int(X.shape[0]))
+
+
+def place_shards(
+    client: Client, workers: list[str], X: Any, y: Any, order: np.ndarray | None = None
+) -> list[list[Future]]:
+    """``[X_r, y_r]`` futures held by ``workers[r]``: rank r's contiguous rows, of ``X`` as
+    given or (``order``: :func:`shard_order`, NumPy ``X`` and ``y``) of ``X[order]``."""
     n, w = int(X.shape[0]), len(workers)
     shards = []
     for r, worker in enumerate(workers):
-        rows = slice(r * n // w, (r + 1) * n // w)
+        bounds = slice(r * n // w, (r + 1) * n // w)
+        rows = bounds if order is None else order[bounds]
         futures = []
         for a in (X, y):
             if _is_dask_array(a):

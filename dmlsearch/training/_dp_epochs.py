@@ -39,7 +39,6 @@ from torch.utils.data import Subset
 
 from ..exceptions import InvalidParameterError
 from ..runner.gang import Gang
-from ._data import place_shards
 from ._inputs import check_rows
 
 __all__ = ["EpochData", "check_callbacks", "fit_epochs", "needs_epoch_loop", "split_epochs"]
@@ -182,7 +181,8 @@ def fit_epochs(
     net.check_data(X, data.target)
     net.try_batch(X_train, y_train)
     iterator_valid = None if valid is None else net.get_iterator(valid, training=False)
-    shards = place_shards(gang.client, gang.workers, X_train, y_train)
+    # Placed once, dealt out as each epoch's trainer would deal them (shuffled by the seed).
+    shards = _trainer(net, gang.size, seed, timeout, 1).place(gang, X_train, y_train)
     on_epoch = {"dataset_train": train, "dataset_valid": valid}
     net.notify("on_train_begin", X=X, y=y)
     try:

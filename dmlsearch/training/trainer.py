@@ -1,17 +1,18 @@
 """``DataParallelTrainer``: PyTorch data-parallel training on a gang of Dask workers.
 
 ``fit`` checks everything it can on the driver, reserves ``n_workers`` workers at once
-(:mod:`dmlsearch.runner.gang`), scatters each rank's contiguous shard of rows once to its
-worker, and runs one rank per worker: ``torch.distributed`` over gloo (NCCL when every
-rank has a GPU of its own; :mod:`._device`), rendezvous on a port chosen at run time on
-rank 0's host. Rank 0 hands a checkpoint to the driver every
-``checkpoint_every`` epochs; the driver keeps the last (or stores each in the registry's
-artifact store). A rank that raises or whose worker leaves ends ``fit`` within seconds
-with :class:`~dmlsearch.exceptions.TrainingError` naming the worker. With a ``registry``,
-the trained model is registered at the end with its lineage (data fingerprint, sync mode,
-world size, epochs) and its per-epoch curves; with ``experiment_name`` too, the job is
-recorded as an experiment of kind ``train`` that the version links to. While it runs, the
-Dask dashboard's ``/dmlsearch`` page shows the job (ranks, epoch, loss, rows/s).
+(:mod:`dmlsearch.runner.gang`), scatters each rank's shard of rows once to its worker
+(contiguous rows; with ``shuffle``, of the rows permuted once by the seed), and runs one
+rank per worker: ``torch.distributed`` over gloo (NCCL when every rank has a GPU of its
+own; :mod:`._device`), rendezvous on a port chosen at run time on rank 0's host. Rank 0
+hands a checkpoint to the driver every ``checkpoint_every`` epochs; the driver keeps the
+last (or stores each in the registry's artifact store). A rank that raises or whose worker
+leaves ends ``fit`` within seconds with :class:`~dmlsearch.exceptions.TrainingError`
+naming the worker. With a ``registry``, the trained model is registered at the end with
+its lineage (data fingerprint, sync mode, world size, epochs) and its per-epoch curves;
+with ``experiment_name`` too, the job is recorded as an experiment of kind ``train`` that
+the version links to. While it runs, the Dask dashboard's ``/dmlsearch`` page shows the
+job (ranks, epoch, loss, rows/s).
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, Start, state_bytes, state_from_bytes
 from ._checks import SYNCS, check_name, check_params, initial_model
-from ._data import check_data, check_finite_shards, computed_on, place_shards, rank_order
+from ._data import (
+    check_data,
+    check_finite_shards,
+    computed_on,
+    place_shards,
+    rank_order,
+    shard_order,
+)
 from ._device import DevicePlan, plan_devices, probe_workers
 from ._rank import JobSpec, free_port, train_rank
 from ._record import JobRecord, job_lineage, job_metrics
@@ -58,6 +66,11 @@ logger = logging.getLogger("dmlsearch")
 MAX_RESUMES = 3
 
 
+def _seed_of(random_state: Any) -> int:
+    """The job's seed: of the initial weights, the rows' shuffle and the ranks' draws."""
+    return entropy_of(random_state) % (2**31 - 1)
+
+
 class DataParallelTrainer(BaseEstimator):
     """Train a PyTorch model data-parallel on ``n_workers`` Dask workers.
 
@@ -69,6 +82,10 @@ class DataParallelTrainer(BaseEstimator):
     ``average_every`` steps and at each epoch's end) or ``"ssp"`` (a parameter server
     on a Dask actor; no rank more than ``staleness`` steps ahead of the slowest, ``None``:
     fully asynchronous).
+    ``shuffle``: rows from the driver are permuted once by the seed before they are dealt
+    out (each rank holds a random sample; Dask input stays where it is, in its order), and
+    each rank permutes its shard every epoch; ``False``: rank r holds the contiguous rows
+    ``[r*n//w, (r+1)*n//w)`` in order.
     ``timeout``: seconds a collective (and the ranks' rendezvous) may wait.
 
     ``device``: ``"cpu"``, ``"cuda"`` (every rank's worker must see a GPU) or ``"auto"``
@@ -187,7 +204,7 @@ class DataParallelTrainer(BaseEstimator):
             Xa, ya = check_data(X, y, w * int(self.batch_size))
             self.data_fingerprint_ = data_fingerprint(Xa, ya)
             self.signature_ = input_signature(Xa)
-            seed = entropy_of(self.random_state) % (2**31 - 1)
+            seed = _seed_of(self.random_state)
             model, self._dtypes = initial_model(self, seed, Xa, ya, initial)
         self.checkpoint_: Checkpoint | None = None
         self.resumed_: list[dict[str, Any]] = []
@@ -242,9 +259,8 @@ class DataParallelTrainer(BaseEstimator):
         the job continues one that ran that many epochs: it trains epochs ``start_epoch``
         to ``epochs`` with the same per-epoch shuffling and seeds, so the model is the one
         ``epochs`` at once would give. ``shards``: the rows already on the gang's workers
-        (``place_shards(client, gang.workers, X, y)`` of these ``X`` and ``y``, rank r's on
-        ``gang.workers[r]``), for a caller that runs several jobs on the same rows. A rank
-        that fails or whose worker leaves raises :class:`TrainingError`.
+        (:meth:`place` of these ``X`` and ``y``), for a caller that runs several jobs on the
+        same rows. A rank that fails or whose worker leaves raises :class:`TrainingError`.
         """
         if not 0 <= int(start_epoch) < int(self.epochs):
             raise InvalidParameterError(
@@ -258,6 +274,13 @@ class DataParallelTrainer(BaseEstimator):
         results = self._run(gang.client, gang, Xa, ya, start, seed, silent, shards)
         self._fitted(model, results, start, gang.size)
         return self
+
+    def place(self, gang: Gang, X: Any, y: Any) -> list[list[Any]]:
+        """Rank r's rows of NumPy ``X`` and ``y`` on ``gang.workers[r]``, dealt out as
+        :meth:`fit_on_gang` deals them (with ``shuffle``, permuted by the seed of an int
+        ``random_state``): its ``shards`` for a caller that runs several jobs on these rows."""
+        order = shard_order(X, y, _seed_of(self.random_state), bool(self.shuffle))
+        return place_shards(gang.client, gang.workers, X, y, order)
 
     def _fitted(
         self, model: torch.nn.Module, results: list[dict[str, Any]], start: Start, k: int
@@ -403,7 +426,12 @@ class DataParallelTrainer(BaseEstimator):
         self.rank_workers_ = list(gang.workers)
         workers = alive_workers(client, running=False)
         plan = self._plan(client, gang)
-        shards = place_shards(client, gang.workers, X, y) if placed is None else placed
+        shards = placed
+        if shards is None:
+            # With shuffle, rows from the driver are dealt out in the seed's random order
+            # (the same for every resume of the job): each rank holds a random sample.
+            order = shard_order(X, y, seed, bool(self.shuffle))
+            shards = place_shards(client, gang.workers, X, y, order)
         check_finite_shards(client, X, y, shards)
         first = gang.workers[0]
         port = client.run(free_port, workers=[first])[first]

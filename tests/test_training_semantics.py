@@ -1,0 +1,79 @@
+"""DataParallelTrainer: what ``shuffle`` deals to the ranks (docs/training.md)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+import torch
+from distributed import Client
+
+from dmlsearch.training import DataParallelTrainer
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+N, D, B, SEED = 200, 3, 10, 5
+F = torch.nn.functional
+
+
+def sgd(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.01)
+
+
+def normed() -> torch.nn.Module:
+    """BatchNorm on the input: its running mean is the mean of the rows a rank saw."""
+    return torch.nn.Sequential(torch.nn.BatchNorm1d(D), torch.nn.Linear(D, 2))
+
+
+@pytest.fixture(scope="module")
+def sorted_rows() -> tuple[np.ndarray, np.ndarray]:
+    """Rows sorted by label (a CSV sorted by class): class 0 about -10, class 1 about +10."""
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], N // 2)
+    X = (rng.normal(size=(N, D)) + np.where(y[:, None] == 0, -10.0, 10.0)).astype(np.float32)
+    return X, y
+
+
+def trainer(client: Client, **kwargs: Any) -> DataParallelTrainer:
+    params: dict[str, Any] = {
+        "model_fn": normed,
+        "loss_fn": F.cross_entropy,
+        "optimizer_fn": sgd,
+        "epochs": 1,
+        "batch_size": B,
+        "random_state": SEED,
+        "client": client,
+        "device": "cpu",
+    }
+    return DataParallelTrainer(**{**params, **kwargs})
+
+
+def running_stats(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """BatchNorm1d's running mean and variance after training on ``X``'s batches in order."""
+    mean, var = np.zeros(D), np.ones(D)
+    for t in range(len(X) // B):
+        batch = X[t * B : (t + 1) * B].astype(np.float64)
+        mean = 0.9 * mean + 0.1 * batch.mean(0)
+        var = 0.9 * var + 0.1 * batch.var(0, ddof=1)
+    return mean, var
+
+
+@pytest.mark.cluster
+def test_shuffle_deals_label_sorted_rows_to_the_ranks_at_random(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = sorted_rows
+    # shuffle=False: rank 0 holds the first half, class 0 only (its running mean is the
+    # model's under allreduce, as under DDP).
+    contiguous = trainer(client, shuffle=False).fit(X, y).model_[0]
+    np.testing.assert_allclose(contiguous.running_mean, running_stats(X[: N // 2])[0], atol=1e-5)
+    # shuffle=True: the rows are permuted before they are dealt out, so rank 0's batches
+    # mix both classes (before, they were rank 0's half in another order: about -6.5).
+    shuffled = trainer(client, shuffle=True).fit(X, y)
+    assert np.abs(shuffled.model_[0].running_mean.numpy()).max() < 3
+    again = trainer(client, shuffle=True).fit(X, y).model_.state_dict()
+    for name, value in shuffled.model_.state_dict().items():
+        assert torch.equal(value, again[name]), name  # the same rows for the same seed
