@@ -193,7 +193,7 @@ class _FrozenBodyWithNorm(torch.nn.Module):
         return self.head(self.norm(self.body(x)))
 
 
-def test_ssp_leaves_parameters_without_gradients_and_returns_rank_0s_buffers(
+def test_ssp_leaves_parameters_without_gradients_and_keeps_the_ranks_buffers(
     client: Client, data: tuple[np.ndarray, np.ndarray]
 ) -> None:
     X, y = data
@@ -204,7 +204,8 @@ def test_ssp_leaves_parameters_without_gradients_and_returns_rank_0s_buffers(
     for name in ("body.weight", "unused.weight"):  # no gradient: the optimizer left them
         assert torch.equal(model.get_parameter(name), start.get_parameter(name)), name
     assert not torch.equal(model.head.weight, start.head.weight)
-    # The statistics of rank 0's batches (2 epochs of its steps), not the initial ones.
+    # The ranks' statistics (the mean of their floating buffers; the batch count rank 0's:
+    # 2 epochs of its steps), not the initial ones.
     steps = (N // 2) // B
     assert int(model.norm.num_batches_tracked) == 2 * steps
     assert not torch.allclose(model.norm.running_mean, start.norm.running_mean)

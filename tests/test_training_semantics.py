@@ -1,4 +1,5 @@
-"""DataParallelTrainer: what ``shuffle`` deals to the ranks (docs/training.md)."""
+"""DataParallelTrainer: what ``shuffle`` deals to the ranks and whose buffers the model
+keeps (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,21 @@ def test_shuffle_deals_label_sorted_rows_to_the_ranks_at_random(
     again = trainer(client, shuffle=True).fit(X, y).model_.state_dict()
     for name, value in shuffled.model_.state_dict().items():
         assert torch.equal(value, again[name]), name  # the same rows for the same seed
+
+
+@pytest.mark.cluster
+def test_ssp_returns_the_mean_of_the_ranks_floating_buffers(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = sorted_rows
+    fitted = trainer(client, shuffle=False, sync="ssp").fit(X, y)
+    norm = fitted.model_[0]
+    # A BatchNorm's statistics do not depend on the weights: each rank's are those of its
+    # own rows in order, and the model holds their mean (before: rank 0's alone).
+    (m0, v0), (m1, v1) = running_stats(X[: N // 2]), running_stats(X[N // 2 :])
+    np.testing.assert_allclose(norm.running_mean, (m0 + m1) / 2, atol=1e-4)
+    np.testing.assert_allclose(norm.running_var, (v0 + v1) / 2, rtol=1e-5)
+    assert int(norm.num_batches_tracked) == (N // 2) // B  # a count: rank 0's
+    final = fitted.checkpoint_.load()["model"]
+    for name, value in fitted.model_.state_dict().items():
+        assert torch.equal(final[name], value), name

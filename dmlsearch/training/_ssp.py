@@ -2,16 +2,17 @@
 
 Each rank computes the gradient of its batch on the weights it holds and pushes it; the
 server applies it at once with the job's optimizer, counts a clock per rank and answers
-with the new weights and the slowest clock (one round trip a step). A rank whose clock
-is more than ``staleness`` steps ahead of the slowest waits before its next step
+with the new weights and the slowest clock (one round trip a step). A rank whose clock is
+more than ``staleness`` steps ahead of the slowest waits before its next step
 (``staleness=None``: never, fully asynchronous). There are no collectives: a slow rank
 slows the others only through the staleness bound. Only parameters are served; buffers
-(BatchNorm statistics) stay each rank's own while it trains, and the model checkpointed
-and returned takes rank 0's (as all-reduce's ranks hold rank 0's). A parameter without a
-gradient in a step (frozen, or unused by the forward) is sent as None and left alone by
-the server's optimizer, as a one-process step leaves it. The server keeps the model in
-host memory; a rank on a GPU sends its gradients and takes the weights through host
-memory.
+(BatchNorm statistics) stay each rank's own while it trains: a checkpoint taken during the
+job holds rank 0's, and the final model (and its checkpoint) the mean of the ranks'
+floating buffers (integer ones, such as BatchNorm's batch count, rank 0's), as
+``sync="average"`` averages them. A parameter without a gradient in a step (frozen, or
+unused by the forward) is sent as None and left alone by the server's optimizer, as a
+one-process step leaves it. The server keeps the model in host memory; a rank on a GPU
+sends its gradients and takes the weights through host memory.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ._rank import (
     seed_epoch,
 )
 
-__all__ = ["ParameterServer", "run_ssp", "server_state", "train_ssp_rank"]
+__all__ = ["ParameterServer", "mean_buffers", "run_ssp", "server_state", "train_ssp_rank"]
 
 
 class ParameterServer:
@@ -91,6 +92,18 @@ class ParameterServer:
 def _buffers(model: torch.nn.Module) -> dict[str, np.ndarray]:
     """A rank's buffers (BatchNorm statistics...), by name, in host memory."""
     return {n: b.detach().to("cpu", copy=True).numpy() for n, b in model.named_buffers()}
+
+
+def mean_buffers(per_rank: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The ranks' buffers as one model's: floating ones averaged over the ranks, others
+    (counts) rank 0's, as :class:`._sync.Averaging` treats them."""
+    return {
+        # asarray: the mean of 0-d buffers is a NumPy scalar, which torch does not take.
+        name: np.asarray(np.mean([b[name] for b in per_rank], axis=0), dtype=value.dtype)
+        if value.dtype.kind == "f"
+        else value
+        for name, value in per_rank[0].items()
+    }
 
 
 def server_state(ps: Any, epoch: int, buffers: dict[str, np.ndarray] | None = None) -> bytes:
@@ -211,7 +224,7 @@ def run_ssp(
     # No collectives, so a fast rank may end long before a slow one: no finish_grace.
     results: list[dict[str, Any]] = gang.run(train_ssp_rank, ranks, on_tick=tick, finish_grace=None)
     checkpoints.poll()
-    buffers = results[0].pop("buffers", None)
+    buffers = mean_buffers([r.pop("buffers") for r in results])
     final = client.submit(server_state, ps, job.epochs, buffers, workers=[first], pure=False)
     results[0]["state"] = state = final.result()
     every = job.checkpoint_every
