@@ -1,9 +1,10 @@
-"""DataParallelTrainer: what ``shuffle`` deals to the ranks and whose buffers the model
-keeps (docs/training.md)."""
+"""DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model keeps
+and the first-batch check's mode (docs/training.md)."""
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import cloudpickle
@@ -12,7 +13,9 @@ import pytest
 import torch
 from distributed import Client
 
+from dmlsearch.exceptions import InvalidParameterError
 from dmlsearch.training import DataParallelTrainer
+from dmlsearch.training._trial import copied, try_batch
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -96,3 +99,63 @@ def test_ssp_returns_the_mean_of_the_ranks_floating_buffers(
     final = fitted.checkpoint_.load()["model"]
     for name, value in fitted.model_.state_dict().items():
         assert torch.equal(final[name], value), name
+
+
+class AuxNet(torch.nn.Module):
+    """Auxiliary logits in training mode only, as torchvision's GoogLeNet and Inception3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main = torch.nn.Linear(D, 2)
+        self.aux = torch.nn.Linear(D, 2)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        if self.training:
+            return self.main(x), self.aux(x)
+        return self.main(x)
+
+
+def aux_loss(out: Any, target: torch.Tensor) -> torch.Tensor:
+    main, aux = out
+    return F.cross_entropy(main, target) + 0.3 * F.cross_entropy(aux, target)
+
+
+@pytest.mark.cluster
+def test_a_model_with_auxiliary_outputs_in_training_mode_trains(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray]
+) -> None:
+    fitted = trainer(client, model_fn=AuxNet, loss_fn=aux_loss).fit(*sorted_rows)
+    assert np.isfinite(fitted.history_[0]["loss"])
+
+
+def test_the_first_batch_check_leaves_the_module_and_the_generator_as_they_were() -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(D, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5)
+    ).eval()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    xb = np.random.default_rng(0).normal(size=(8, D)).astype(np.float32)
+    seen = []
+
+    def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        seen.append((out == 0).any())  # dropout ran: the check is in training mode
+        return F.cross_entropy(out, target)
+
+    try_batch(model, loss, xb, np.zeros(8, dtype=np.int64))
+    assert seen == [torch.tensor(True)]
+    assert not model.training and not model[1].training
+    assert torch.equal(torch.get_rng_state(), rng)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    # A module deepcopy cannot copy (old weight_norm) runs itself, its buffers put back.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # weight_norm is deprecated
+        uncopyable = torch.nn.Sequential(
+            torch.nn.utils.weight_norm(torch.nn.Linear(D, 4)), torch.nn.BatchNorm1d(4)
+        ).eval()
+    assert copied(uncopyable) is None
+    before = uncopyable[1].running_mean.clone()
+    try_batch(uncopyable, F.cross_entropy, xb, np.zeros(8, dtype=np.int64))
+    assert torch.equal(uncopyable[1].running_mean, before) and not uncopyable.training
+    with pytest.raises(InvalidParameterError, match="in training mode"):
+        try_batch(AuxNet(), F.cross_entropy, xb, np.zeros(8, dtype=np.int64))

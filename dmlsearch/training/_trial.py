@@ -4,13 +4,19 @@ It decides the torch dtypes the ranks train ``X`` and ``y`` as, and refuses (wit
 :class:`InvalidParameterError` naming ``model_fn`` or ``loss_fn``) what would otherwise
 fail in every rank or train silently wrong: a model that fails on the batch, a loss that
 is not one number depending on the weights, a loss that broadcasts its arguments, a
-first loss that is NaN or infinite.
+first loss that is NaN or infinite. The model runs in training mode, as the ranks run it
+(a model may return more in training mode: Inception's auxiliary logits), on a copy and
+under a forked generator: the caller's module (its BatchNorm statistics, its mode) and
+torch's random state are left as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,7 +25,7 @@ import torch
 from ..exceptions import InvalidParameterError
 from ._rank import _tensor
 
-__all__ = ["ONE_D_HINT", "describe", "try_batch"]
+__all__ = ["ONE_D_HINT", "copied", "describe", "try_batch"]
 
 #: ``warnings.catch_warnings`` swaps process-wide state: one try at a time (search trials
 #: prepare their folds on the driver's threads).
@@ -53,7 +59,8 @@ def _forward(model: torch.nn.Module, xb: np.ndarray, floating: str) -> tuple[tor
     hint = ONE_D_HINT if xb.ndim == 1 else ""
     raise InvalidParameterError(
         "model_fn",
-        f"the model fails on a batch of X ({describe(xb)}): {type(first).__name__}: {first}{hint}",
+        f"the model, in training mode (as the ranks run it), fails on a batch of X "
+        f"({describe(xb)}): {type(first).__name__}: {first}{hint}",
     ) from first
 
 
@@ -66,8 +73,9 @@ def _loss(loss_fn: Any, out: Any, yb: np.ndarray, dtype: str) -> Any:
         except Exception as exc:
             raise InvalidParameterError(
                 "loss_fn",
-                f"loss_fn fails on the model's output ({describe(out)}) and a batch of y "
-                f"({describe(yt)}): {type(exc).__name__}: {exc}",
+                f"loss_fn fails on the model's output in training mode, as the ranks train "
+                f"it ({describe(out)}), and a batch of y ({describe(yt)}): "
+                f"{type(exc).__name__}: {exc}",
             ) from exc
     for w in caught:
         if _BROADCAST in str(w.message):
@@ -82,20 +90,49 @@ def _loss(loss_fn: Any, out: Any, yb: np.ndarray, dtype: str) -> Any:
     return loss
 
 
+def copied(model: torch.nn.Module) -> torch.nn.Module | None:
+    """``copy.deepcopy(model)``, or None for a module that cannot be copied (one of
+    ``torch.nn.utils.weight_norm``'s, which holds a computed tensor)."""
+    try:
+        return copy.deepcopy(model)
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def _training(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in training mode, as the ranks run it, under a forked generator (dropout
+    draws): a copy, or a module that cannot be copied itself, its buffers (BatchNorm's
+    statistics) and modes put back after."""
+    with torch.random.fork_rng(devices=[]):
+        trial = copied(model)
+        if trial is not None:
+            yield trial.train()
+            return
+        modes = [(m, m.training) for m in model.modules()]
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        try:
+            yield model.train()
+        finally:
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+            for m, mode in modes:
+                m.train(mode)
+
+
 def try_batch(
     model: torch.nn.Module, loss_fn: Any, xb: np.ndarray, yb: np.ndarray
 ) -> tuple[str, str]:
-    """Run ``model`` and ``loss_fn`` on one batch; the dtypes (torch names, "": as
-    :func:`._rank._tensor` makes them) X and y train as, or InvalidParameterError."""
+    """Run ``model`` (in training mode, on a copy) and ``loss_fn`` on one batch; the dtypes
+    (torch names, "": as :func:`._rank._tensor` makes them) X and y train as, or
+    InvalidParameterError."""
     params = (p.dtype for p in model.parameters() if p.is_floating_point())
     floating = str(next(params, torch.get_default_dtype())).removeprefix("torch.")
     y_dtype = floating if yb.dtype.kind == "f" else ""
-    model.eval()
-    try:
-        out, x_dtype = _forward(model, xb, floating)
+    with _training(model) as trial:
+        out, x_dtype = _forward(trial, xb, floating)
         loss = _loss(loss_fn, out, yb, y_dtype)
-    finally:
-        model.train()
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise InvalidParameterError(
             "loss_fn",
