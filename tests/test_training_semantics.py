@@ -1,5 +1,6 @@
-"""DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model keeps
-and the first-batch check's mode (docs/training.md)."""
+"""DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model
+keeps, the first-batch check's mode and the user's module left alone
+(docs/training.md)."""
 
 from __future__ import annotations
 
@@ -159,3 +160,18 @@ def test_the_first_batch_check_leaves_the_module_and_the_generator_as_they_were(
     assert torch.equal(uncopyable[1].running_mean, before) and not uncopyable.training
     with pytest.raises(InvalidParameterError, match="in training mode"):
         try_batch(AuxNet(), F.cross_entropy, xb, np.zeros(8, dtype=np.int64))
+
+
+@pytest.mark.cluster
+def test_a_model_fn_returning_one_module_leaves_it_untrained(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray]
+) -> None:
+    shared = normed()
+    start = {k: v.clone() for k, v in shared.state_dict().items()}
+    first = trainer(client, model_fn=lambda: shared).fit(*sorted_rows)
+    assert first.model_ is not shared
+    for k, v in shared.state_dict().items():
+        assert torch.equal(v, start[k]), k  # the user's module is not trained into
+    second = trainer(client, model_fn=lambda: shared).fit(*sorted_rows)
+    for k, v in second.model_.state_dict().items():  # from the same start, the same model
+        assert torch.equal(v, first.model_.state_dict()[k]), k

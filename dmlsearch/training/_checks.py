@@ -14,7 +14,7 @@ from ..exceptions import DmlsearchError, InvalidParameterError
 from ..registry._checks import INT64_MAX, check_model_name, check_new_name
 from ._data import head
 from ._device import check_device_params
-from ._trial import try_batch
+from ._trial import copied, try_batch
 
 __all__ = [
     "SYNCS",
@@ -146,8 +146,10 @@ def _call(name: str, fn: Any, *args: Any) -> Any:
 def initial_model(
     trainer: Any, seed: int, X: Any, y: Any, model: torch.nn.Module | None = None
 ) -> tuple[torch.nn.Module, tuple[str, str]]:
-    """Build the model on the driver (seeded; or take ``model``) and try it on a batch,
-    before any rank runs; also the torch dtypes X and y are trained as (:func:`try_batch`)."""
+    """Build the model on the driver (seeded, a copy of what ``model_fn`` returns; or take
+    ``model``, trained in place) and try it on a batch, before any rank runs; also the
+    torch dtypes X and y are trained as (:func:`try_batch`)."""
+    given = model is not None
     if model is None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -156,6 +158,11 @@ def initial_model(
         raise InvalidParameterError(
             "model_fn", f"must return a torch.nn.Module, returned {type(model).__name__}"
         )
+    if not given:
+        # Trained into and kept as model_: a copy, so that a model_fn returning one module
+        # of the caller's (lambda: net) leaves it as it is and every fit starts from it.
+        copy = copied(model)  # None: one deepcopy cannot copy, trained as it is
+        model = model if copy is None else copy
     if not any(p.requires_grad for p in model.parameters()):
         raise InvalidParameterError(
             "model_fn",

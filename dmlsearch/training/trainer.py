@@ -93,7 +93,8 @@ class DataParallelTrainer(BaseEstimator):
     when every rank has a GPU of its own, else gloo), ``"gloo"`` or ``"nccl"``. Both are
     decided for all ranks before any starts; see docs/training.md.
 
-    Fitted: ``model_`` (the trained module, on the driver, on CPU), ``history_`` (per
+    Fitted: ``model_`` (the trained module, on the driver, on CPU: a copy of what
+    ``model_fn()`` returned, which is left as it was), ``history_`` (per
     epoch: ``loss``, ``seconds``, ``samples_per_s``, ``sync_s``, ``sync_rounds``),
     ``n_workers_``, ``device_`` (``"cpu"`` or ``"cuda"``), ``backend_``, ``rank_devices_``
     (each rank's, e.g. ``"cuda:0"``), ``checkpoint_`` (the last :class:`Checkpoint`, or
