@@ -1,5 +1,5 @@
 """DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model
-keeps, the first-batch check's mode and the user's module left alone
+keeps, the first-batch check's mode, the user's module left alone and read-only input
 (docs/training.md)."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from distributed import Client
 
 from dmlsearch.exceptions import InvalidParameterError
 from dmlsearch.training import DataParallelTrainer
+from dmlsearch.training._rank import _tensor
 from dmlsearch.training._trial import copied, try_batch
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -175,3 +177,15 @@ def test_a_model_fn_returning_one_module_leaves_it_untrained(
     second = trainer(client, model_fn=lambda: shared).fit(*sorted_rows)
     for k, v in second.model_.state_dict().items():  # from the same start, the same model
         assert torch.equal(v, first.model_.state_dict()[k]), k
+
+
+def test_read_only_arrays_become_tensors_without_a_warning() -> None:
+    y = pd.Series(np.arange(4)).to_numpy()  # pandas 3 (copy-on-write): read-only
+    X = np.ones((4, D), dtype=np.float32)
+    X.flags.writeable = False  # a shard scattered from such an array is read-only too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch: "The given NumPy array is not writable"
+        assert torch.equal(_tensor(X), torch.ones(4, D))
+        assert torch.equal(_tensor(y), torch.arange(4))
+    writable = np.ones((4, D), dtype=np.float32)
+    assert _tensor(writable).data_ptr() == writable.ctypes.data  # not copied

@@ -91,7 +91,12 @@ def rank_batches(n_rows: int, steps: int, batch_size: int, order: np.ndarray | N
 def _tensor(a: np.ndarray, dtype: str = "") -> torch.Tensor:
     """``a`` as a tensor of ``dtype`` (a torch dtype's name); "": floating as torch's
     default dtype, integers as int64 (what class-index losses expect), bool as it is."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
+    a = np.ascontiguousarray(a)
+    if not a.flags.writeable:
+        # pandas 3 hands out read-only arrays, and so are the shards scattered from them:
+        # torch would share (and warn of) the read-only memory. Writable ones are not copied.
+        a = a.copy()
+    t = torch.from_numpy(a)
     if dtype:
         return t.to(getattr(torch, dtype))
     if t.is_floating_point():
