@@ -1,6 +1,6 @@
 """DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model
-keeps, the first-batch check's mode, the user's module left alone and read-only input
-(docs/training.md)."""
+keeps, the first-batch check's mode, the user's module left alone, read-only input and
+a diverged fit (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import torch
 from distributed import Client
 
 from dmlsearch.exceptions import InvalidParameterError
-from dmlsearch.training import DataParallelTrainer
+from dmlsearch.registry import Registry
+from dmlsearch.training import DataParallelTrainer, TorchClassifier
 from dmlsearch.training._rank import _tensor
 from dmlsearch.training._trial import copied, try_batch
 
@@ -189,3 +190,40 @@ def test_read_only_arrays_become_tensors_without_a_warning() -> None:
         assert torch.equal(_tensor(y), torch.arange(4))
     writable = np.ones((4, D), dtype=np.float32)
     assert _tensor(writable).data_ptr() == writable.ctypes.data  # not copied
+
+
+def nan_on_workers(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The loss on the driver's check, NaN in the ranks (a fit that diverges)."""
+    from distributed import get_worker
+
+    loss = F.cross_entropy(out, target)
+    try:
+        get_worker()
+    except ValueError:
+        return loss
+    return loss * float("nan")
+
+
+@pytest.mark.cluster
+def test_a_diverged_fit_warns_and_is_not_registered(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    with Registry(f"sqlite:///{tmp_path / 'reg.db'}") as registry:
+        t = trainer(client, loss_fn=nan_on_workers, epochs=2, registry=registry, model_name="m")
+        with pytest.warns(RuntimeWarning, match="not finite from epoch 1 on.*not registered"):
+            t.fit(*sorted_rows)
+        assert t.model_version_ is None and registry.models() == []
+        assert np.isnan(t.history_[-1]["loss"])  # model_ and history_ stay to look at
+
+
+def test_a_diverged_torch_estimator_warns_as_the_trainer_does() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(64, D)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    net = TorchClassifier(
+        torch.nn.Linear, module__in_features=D, module__out_features=2, lr=1e38,
+        optimizer=torch.optim.SGD, max_epochs=3, random_state=0,
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="smaller learning rate") as caught:
+        net.fit(X * 1e30, y)
+    assert len(caught) == 1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +26,7 @@ __all__ = [
     "check_params",
     "check_sync",
     "check_trainer_options",
+    "diverged",
     "initial_model",
 ]
 
@@ -177,3 +180,21 @@ def initial_model(
         )
     b = int(trainer.batch_size)
     return model, try_batch(model, trainer.loss_fn, head(X, b), head(y, b))
+
+
+def diverged(losses: Iterable[tuple[Any, Any]]) -> str | None:
+    """For a fit whose last epoch's loss is NaN or infinite, what to warn (the first epoch
+    whose loss was not finite, and a hint); else None. ``losses``: (epoch, loss) pairs."""
+    pairs = list(losses)
+
+    def bad(loss: Any) -> bool:
+        return loss is not None and not math.isfinite(float(loss))
+
+    if not pairs or not bad(pairs[-1][1]):
+        return None
+    first = next(epoch for epoch, loss in pairs if bad(loss))
+    return (
+        f"the training loss was not finite from epoch {first} on ({pairs[-1][1]} in the last, "
+        f"epoch {pairs[-1][0]}): training diverged and the weights are likely NaN or "
+        "infinite; try a smaller learning rate (or check the loss and the data)"
+    )

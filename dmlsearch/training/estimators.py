@@ -34,6 +34,7 @@ import contextlib
 import functools
 import inspect
 import numbers
+import warnings
 from typing import Any, ClassVar
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -47,7 +48,7 @@ from skorch.utils import is_dataset, to_numpy
 
 from ..exceptions import InvalidParameterError
 from ..registry._checks import INT64_MAX
-from ._checks import TRAINER_DEFAULTS, check_trainer_options
+from ._checks import TRAINER_DEFAULTS, check_trainer_options, diverged
 from ._data import check_finite, check_numeric
 from ._inputs import _float32, check_rows, labels_of, try_first_rows
 
@@ -289,15 +290,29 @@ class _TorchEstimator:
         if self._data_parallel():
             from ._gang_fold import fit_data_parallel
 
-            return fit_data_parallel(self, X, y, fit_params)
+            fitted = fit_data_parallel(self, X, y, fit_params)
+            self._warn_if_diverged()
+            return fitted
+        # skorch's fit trains in partial_fit, which warns of a diverged fit.
         return super().fit(X, y, **fit_params)  # type: ignore[misc]
 
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None, **fit_params: Any) -> Any:
         if self._data_parallel():
             from ._gang_fold import fit_data_parallel
 
-            return fit_data_parallel(self, X, y, fit_params, partial=True)
-        return super().partial_fit(X, y, classes=classes, **fit_params)  # type: ignore[misc]
+            fitted = fit_data_parallel(self, X, y, fit_params, partial=True)
+        else:
+            fitted = super().partial_fit(X, y, classes=classes, **fit_params)  # type: ignore[misc]
+        self._warn_if_diverged()
+        return fitted
+
+    def _warn_if_diverged(self) -> None:
+        """Warn when the last epoch's ``train_loss`` is NaN or infinite (as
+        ``DataParallelTrainer`` does): skorch trains on, silently, into NaN weights."""
+        history = getattr(self, "history", None) or []
+        divergence = diverged((e.get("epoch"), e.get("train_loss")) for e in history)
+        if divergence is not None:
+            warnings.warn(divergence, RuntimeWarning, stacklevel=3)
 
     def _target(self, X: Any, y: Any) -> Any:
         return y

@@ -42,7 +42,7 @@ from ..registry import FormatError, ModelVersionRecord, RegistryError
 from ..runner.cluster import cluster_shape, resolve_client
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, Start, state_bytes, state_from_bytes
-from ._checks import SYNCS, check_name, check_params, initial_model
+from ._checks import SYNCS, check_name, check_params, diverged, initial_model
 from ._data import (
     check_data,
     check_finite_shards,
@@ -109,7 +109,8 @@ class DataParallelTrainer(BaseEstimator):
     ``registry``: checkpoints go to its artifact store, and ``fit`` ends by registering
     ``model_`` as the next version of ``model_name`` (default ``<module class>-<random
     suffix>``), as :meth:`register` does; ``model_version_`` is its record (``None``
-    without a registry, or when registering failed: a warning says why).
+    without a registry, or when registering failed: a warning says why). A fit whose
+    last epoch's loss is NaN or infinite warns (``RuntimeWarning``) and is not registered.
 
     ``experiment_name``: with a registry, the job is recorded as a new experiment of that
     name (kind ``train``: its settings, data fingerprint, cluster and final status; a name
@@ -228,7 +229,16 @@ class DataParallelTrainer(BaseEstimator):
             finally:
                 self._record = None
         self._fitted(model, results, start, k)
-        if self.registry is not None:
+        divergence = diverged((e["epoch"], e["loss"]) for e in self.history_)
+        if divergence is not None:
+            # A NaN model is kept to look at, but never becomes a registered version.
+            kept = " and was not registered" if self.registry is not None else ""
+            warnings.warn(
+                f"{divergence}. model_ is kept for inspection{kept}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        elif self.registry is not None:
             try:
                 self.register()
             except (FormatError, RegistryError) as exc:
