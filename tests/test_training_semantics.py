@@ -1,6 +1,6 @@
-"""DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model
-keeps, the first-batch check's mode, the user's module left alone, read-only input and
-a diverged fit (docs/training.md)."""
+"""DataParallelTrainer: what ``shuffle`` deals to the ranks, whose buffers the model keeps,
+the first-batch check's mode, the user's module left alone, read-only input, a diverged
+fit, and "average" with momentum (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -227,3 +227,35 @@ def test_a_diverged_torch_estimator_warns_as_the_trainer_does() -> None:
     with pytest.warns(RuntimeWarning, match="smaller learning rate") as caught:
         net.fit(X * 1e30, y)
     assert len(caught) == 1
+
+
+def momentum(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3, nesterov=True)
+
+
+def adam(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=0.05)
+
+
+@pytest.mark.cluster
+def test_average_every_step_equals_allreduce_with_momentum_but_not_with_adam(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray]
+) -> None:
+    X, y = sorted_rows
+    mlp = lambda: torch.nn.Sequential(torch.nn.Linear(D, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))  # noqa: E731
+    gaps = {}
+    for name, optimizer in (("momentum", momentum), ("adam", adam)):
+        models = [
+            trainer(client, model_fn=mlp, optimizer_fn=optimizer, epochs=2, sync=sync)
+            .fit(X / 10, y)
+            .model_
+            for sync in ("allreduce", "average")
+        ]
+        gaps[name] = max(
+            float((a - b).detach().abs().max())
+            for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True)
+        )
+    # The mean of the ranks' momentum buffers follows the all-reduced one (linear in the
+    # gradient); Adam's moments are not linear in it.
+    assert gaps["momentum"] < 1e-5
+    assert gaps["adam"] > 1e-3
