@@ -6,6 +6,7 @@ import io
 import json
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +98,14 @@ def _colour(state: str) -> str:
     return _COLOURS.get(state, _OTHER_COLOUR)
 
 
+#: The types of the values a store gives back for a number (or its absence), which numpy
+#: converts as ``float()`` would (None to NaN): columns of only these skip the checks below.
+_PLAIN = frozenset({float, int, np.float64, type(None)})
+
+
 def _is_number(value: Any) -> bool:
+    if type(value) in _PLAIN:  # the common case, without the isinstance checks
+        return value is not None
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
         value, (bool, np.bool_)
     )
@@ -107,25 +115,29 @@ def _finite(value: Any) -> bool:
     return _is_number(value) and math.isfinite(float(value))
 
 
-def _score(trial: TrialRecord) -> float:
-    """The trial's objective, or NaN when it has none (not complete, or not finite)."""
-    value = trial.value
-    if trial.state == COMPLETE and value is not None and _finite(value):
-        return float(value)
-    return math.nan
+def _floats(values: Sequence[Any], *, infinite: bool = False) -> np.ndarray:
+    """Each value as a float, one array: NaN for anything not a number (None, text, a bool),
+    and for ±inf too unless ``infinite``. A whole column at once, not a check per value."""
+    if not set(map(type, values)) <= _PLAIN:
+        values = [float(v) if _is_number(v) else None for v in values]
+    out = np.array(values, dtype=float)  # None -> NaN
+    if not infinite:
+        out[np.isinf(out)] = math.nan
+    return out
 
 
-def _objective(trial: TrialRecord) -> float:
-    """A completed trial's objective, infinities included (the leaderboard ranks them as
-    any value); NaN when it has none."""
-    value = trial.value
-    if trial.state == COMPLETE and value is not None and _is_number(value):
-        return float(value)  # NaN stays NaN: no score
-    return math.nan
+def _objectives(trials: Sequence[TrialRecord]) -> np.ndarray:
+    """Each trial's objective where it completed, infinities included (the leaderboard ranks
+    them as any value); NaN where it has none."""
+    complete = np.array([t.state == COMPLETE for t in trials], dtype=bool)
+    return np.where(complete, _floats([t.value for t in trials], infinite=True), math.nan)
 
 
-def _time(value: Any) -> float:
-    return float(value) if _finite(value) else math.nan
+def _scores(trials: Sequence[TrialRecord]) -> np.ndarray:
+    """Each trial's finite objective, NaN where it has none (not complete, or not finite)."""
+    values = _objectives(trials)
+    values[np.isinf(values)] = math.nan
+    return values
 
 
 def _text(value: Any) -> str:

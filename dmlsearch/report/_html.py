@@ -133,4 +133,4 @@ def write_report(registry: Registry, experiment: str | int, path: str | os.PathL
         return _write(training_report(registry, exp), path)
     data = _load(registry, exp.id)
     board = registry.best_trials(data.exp.id, k=10)
-    return _write(_html(data, board, _figures(registry, data)), path)
+    return _write(_html(data, board, _figures(data)), path)

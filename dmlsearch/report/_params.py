@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,23 +12,30 @@ import numpy as np
 
 from .._errors import error_headline
 from ..registry._base import COMPLETE, TrialRecord
-from ..registry._registry_runs import _reached
+from ..registry._registry_runs import (
+    _infer_distributions,
+    _optuna_value,
+    _reached,
+    experiment_direction,
+)
 from ._common import (
     _ABSENT,
     _IMPORTANCE_DEPTH,
     _IMPORTANCE_TREES,
     _IMPORTANCE_TRIALS,
     _KEEP_BEST,
+    _PLAIN,
     MAX_LINES,
     _colour,
     _Data,
     _figure,
     _finite,
+    _floats,
     _is_number,
     _label,
     _message,
-    _objective,
-    _score,
+    _objectives,
+    _scores,
     _text,
 )
 from ._markup import _count
@@ -36,7 +43,7 @@ from ._markup import _count
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..registry import Registry
+    from ..registry._base import ExperimentRecord
 
 
 @dataclass(frozen=True)
@@ -51,20 +58,23 @@ class _Axis:
 
 def _level_key(value: Any) -> tuple[int, float, str]:
     # Numbers in numeric order first, then everything else by its text.
+    if type(value) is str:  # the common categorical value, without the checks below
+        return (1, 0.0, value + "\0str")
     if _finite(value):
         return (0, float(value), repr(value))
     return (1, 0.0, _text(value) + "\0" + type(value).__name__)
 
 
 def _categorical_axis(values: Sequence[Any]) -> _Axis:
-    present = [v for v in values if v is not _ABSENT]
+    value_keys = [None if v is _ABSENT else _level_key(v) for v in values]
     levels: dict[tuple[int, float, str], Any] = {}
-    for v in present:
-        levels.setdefault(_level_key(v), v)
+    for v, key in zip(values, value_keys, strict=True):
+        if key is not None:
+            levels.setdefault(key, v)
     keys = sorted(levels)
     where = {k: (i / (len(keys) - 1) if len(keys) > 1 else 0.5) for i, k in enumerate(keys)}
     positions = np.array(
-        [math.nan if v is _ABSENT else where[_level_key(v)] for v in values], dtype=float
+        [math.nan if key is None else where[key] for key in value_keys], dtype=float
     )
     step = max(1, math.ceil(len(keys) / 15))  # at most ~15 readable labels
     shown = keys[::step]
@@ -73,12 +83,13 @@ def _categorical_axis(values: Sequence[Any]) -> _Axis:
 
 def _numeric_axis(values: Sequence[Any]) -> _Axis:
     """Numbers scaled to [0, 1]; None, NaN or infinities get slots of their own below."""
-    numbers = np.array([float(v) if _finite(v) else math.nan for v in values])
+    numbers = _floats(values)
     present = numbers[np.isfinite(numbers)]
+    # None, NaN, infinities, by first appearance (the absent are left off the axis).
+    odd = [i for i in np.flatnonzero(~np.isfinite(numbers)).tolist() if values[i] is not _ABSENT]
     specials: dict[str, float] = {}
-    for v in values:
-        if v is not _ABSENT and not _finite(v):
-            specials.setdefault(_text(v), 0.1 * len(specials))
+    for i in odd:
+        specials.setdefault(_text(values[i]), 0.1 * len(specials))
     base = 0.1 * len(specials) + (0.1 if specials else 0.0)
     lo, hi = float(present.min()), float(present.max())
     log = lo > 0 and hi / lo > 100
@@ -105,9 +116,8 @@ def _numeric_axis(values: Sequence[Any]) -> _Axis:
         middle = base + (1 - base) / 2
         positions = np.where(np.isfinite(numbers), middle, math.nan)
         ticks, labels = [middle], [f"{lo:.3g}"]
-    for i, v in enumerate(values):
-        if v is not _ABSENT and not _finite(v):
-            positions[i] = specials[_text(v)]
+    for i in odd:
+        positions[i] = specials[_text(values[i])]
     for text, where in specials.items():
         ticks.append(where)
         labels.append(_label(text, 18))
@@ -117,7 +127,9 @@ def _numeric_axis(values: Sequence[Any]) -> _Axis:
 def _axis(values: Sequence[Any]) -> _Axis:
     """A numeric axis when the set values are numbers (None/NaN allowed), else categorical."""
     present = [v for v in values if v is not _ABSENT]
-    numeric = any(_finite(v) for v in present) and all(v is None or _is_number(v) for v in present)
+    numeric = bool(np.isfinite(_floats(present)).any()) and (
+        set(map(type, present)) <= _PLAIN or all(v is None or _is_number(v) for v in present)
+    )
     return _numeric_axis(values) if numeric else _categorical_axis(values)
 
 
@@ -159,8 +171,10 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
     """One vertical axis per parameter and one for the objective; a line per scored trial,
     the best (ranked as :func:`_order` says) drawn last."""
     params, staged = data.params, data.staged
-    scored = [t for t in data.trials if math.isfinite(_score(t))]
-    infinite = sum(math.isinf(_objective(t)) for t in data.trials)
+    objectives = _objectives(data.trials)
+    ok = np.isfinite(objectives)
+    scored = [t for t, keep in zip(data.trials, ok.tolist(), strict=True) if keep]
+    infinite = int(np.isinf(objectives).sum())
     # The leaderboard ranks an infinite objective; a colour scale has no place for it.
     left_out = (
         f"{_count(infinite, 'completed trial')} with an infinite objective "
@@ -172,7 +186,7 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
         fig = _figure(7.0, 2.5)
         _message(fig, "no completed trial with parameters to draw")
         return fig, left_out
-    values = np.array([_score(t) for t in scored])
+    values = objectives[ok]
     axes = [_axis([t.params.get(p, _ABSENT) for t in scored]) for p in params]
     axes.append(_numeric_axis(list(values)))
     grid = np.column_stack([a.positions for a in axes])
@@ -227,24 +241,58 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
     return fig, " ".join(part for part in (caption, same, left_out) if part)
 
 
-def _importance(
-    registry: Registry, exp_id: int, trials: Sequence[TrialRecord], params: Sequence[str]
-) -> tuple[dict[str, float] | str, str]:
+def _varies(values: Iterable[Any]) -> bool:
+    """Whether ``values`` hold two levels (as an axis tells them apart); stops at the second."""
+    keys = map(_level_key, values)
+    first = next(keys, None)
+    return any(key != first for key in keys)
+
+
+def _study(
+    exp: ExperimentRecord, trials: Sequence[TrialRecord], done: Sequence[TrialRecord]
+) -> Any:
+    """An in-memory Optuna study of the completed trials ``done``, its distributions
+    inferred from every trial's parameters as :meth:`Registry.to_optuna` infers them.
+
+    The study fANOVA sees, built from the trials already read: converting every trial of
+    the experiment (its store read again) only for fANOVA to look at a sample took most of
+    a report of thousands of trials."""
+    import optuna
+
+    distributions = _infer_distributions([t.params for t in trials])
+    study = optuna.create_study(direction=experiment_direction(exp))
+    frozen = []
+    for t in done:
+        params = {k: _optuna_value(v) for k, v in t.params.items()}
+        frozen.append(
+            optuna.trial.create_trial(
+                params=params,
+                distributions={k: distributions[k] for k in params},
+                value=t.value,
+            )
+        )
+    study.add_trials(frozen)
+    return study
+
+
+def _importance(data: _Data) -> tuple[dict[str, float] | str, str]:
     """fANOVA importances through Optuna (or why there are none) and a caption."""
-    scored = [t for t in trials if math.isfinite(_score(t))]
+    scores = _scores(data.trials)
+    ok = np.isfinite(scores)
+    scored = [t for t, keep in zip(data.trials, ok.tolist(), strict=True) if keep]
     if len(scored) < 2:
         return (
             f"not enough completed trials: importance needs at least 2, "
             f"this experiment has {len(scored)}",
             "",
         )
-    if len({_score(t) for t in scored}) < 2:
+    if scores[ok].min() == scores[ok].max():
         return "every completed trial has the same objective: there is nothing to explain", ""
     # fANOVA needs each parameter in every trial it looks at, and one that never varies
     # would only absorb noise (Optuna then reports it at 1.0, or fails on zero variance).
-    everywhere = [p for p in params if all(p in t.params for t in scored)]
-    varying = [p for p in everywhere if len({_level_key(t.params[p]) for t in scored}) > 1]
-    conditional = [p for p in params if p not in everywhere]
+    everywhere = [p for p in data.params if all(p in t.params for t in scored)]
+    varying = [p for p in everywhere if _varies(t.params[p] for t in scored)]
+    conditional = [p for p in data.params if p not in everywhere]
     note = (
         f"Left out, not set in every completed trial: {', '.join(conditional)}."
         if conditional
@@ -257,23 +305,15 @@ def _importance(
 
     from ..strategies.optuna import _quiet_optuna
 
+    done = scored
+    if len(done) > _IMPORTANCE_TRIALS:
+        picked = np.random.default_rng(0).choice(len(done), _IMPORTANCE_TRIALS, replace=False)
+        done = [done[i] for i in sorted(picked)]
     try:
         with _quiet_optuna(), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            study = registry.to_optuna(exp_id)
-            # No deep copy: study.trials copies every trial, seconds for thousands.
-            complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            done = [t for t in complete if _finite(t.value)]
-            if len(done) > _IMPORTANCE_TRIALS:
-                picked = np.random.default_rng(0).choice(
-                    len(done), _IMPORTANCE_TRIALS, replace=False
-                )
-                done = [done[i] for i in sorted(picked)]
-            if len(done) < len(complete):
-                study = optuna.create_study(direction=study.direction)
-                study.add_trials(done)
             importances = get_param_importances(
-                study,
+                _study(data.exp, data.trials, done),
                 evaluator=FanovaImportanceEvaluator(
                     n_trees=_IMPORTANCE_TREES, max_depth=_IMPORTANCE_DEPTH, seed=0
                 ),

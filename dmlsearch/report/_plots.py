@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -14,13 +15,13 @@ from ._common import (
     _Data,
     _figure,
     _finite,
+    _floats,
     _label,
     _legend_outside,
     _load,
     _message,
-    _objective,
+    _objectives,
     _png,
-    _time,
 )
 from ._markup import _count
 from ._params import (
@@ -33,6 +34,7 @@ from ._params import (
 from ._training import is_training_job, job_figures, load_job
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from ..registry import Registry
@@ -47,7 +49,7 @@ def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> tupl
         return fig, ""
     ax = fig.add_subplot()
     numbers = np.array([t.number for t in trials], dtype=float)
-    values = np.array([_objective(t) for t in trials])
+    values = _objectives(trials)
     states = np.array([t.state for t in trials], dtype=object)
     ok, infinite = np.isfinite(values), np.isinf(values)
     scored = ok | infinite
@@ -134,62 +136,98 @@ def _plot_history(trials: Sequence[TrialRecord], minimize: bool = False) -> tupl
     return fig, caption
 
 
-def _lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
-    """Greedy interval partitioning: a lane per trial so that overlapping trials stack."""
-    ends: list[float] = []
-    out = [0] * len(spans)
-    for i in sorted(range(len(spans)), key=lambda j: spans[j][0]):
-        start, end = spans[i]
-        lane = next((k for k, e in enumerate(ends) if e <= start), len(ends))
-        if lane == len(ends):
-            ends.append(end)
+def _lanes(starts: Sequence[float], ends: Sequence[float]) -> list[int]:
+    """Greedy interval partitioning: a lane per trial so that overlapping trials stack.
+
+    In order of start (ties in the given order), each trial takes the lowest lane free at
+    its start. Heaps of the busy lanes' ends and of the free lanes keep it O(n log lanes)
+    rather than a scan of every lane per trial."""
+    busy: list[tuple[float, int]] = []  # (end of its last trial, lane)
+    free: list[int] = []
+    out = [0] * len(starts)
+    n_lanes = 0
+    for i in sorted(range(len(starts)), key=lambda j: starts[j]):
+        start = starts[i]
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
         else:
-            ends[lane] = end
+            lane, n_lanes = n_lanes, n_lanes + 1
+        heapq.heappush(busy, (ends[i], lane))
         out[i] = lane
     return out
 
 
+def _bars(ax: Axes, xs: np.ndarray, widths: np.ndarray, y: float, height: float, **kw: Any) -> None:
+    """``ax.broken_barh(zip(xs, widths), (y, height), **kw)``, the same patches, with the
+    vertices built as one array rather than a loop over the bars (thousands of trials)."""
+    from matplotlib.collections import PolyCollection
+
+    x0, x1 = xs, xs + widths
+    vertices = np.empty((len(xs), 4, 2))
+    vertices[:, :, 0] = np.column_stack([x0, x0, x1, x1])
+    vertices[:, :, 1] = [y, y + height, y + height, y]
+    # An (n, 4, 2) array, as broken_barh passes it (the stubs ask for a sequence).
+    ax.add_collection(PolyCollection(cast("Sequence[np.ndarray]", vertices), **kw))
+
+
+def _merged(xs: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bars ``(xs, widths)`` of one colour in one lane with those that overlap or touch
+    joined into one: the same area painted, a fraction of the patches to build and draw."""
+    order = np.argsort(xs, kind="stable")
+    starts = xs[order]
+    reach = np.maximum.accumulate(starts + widths[order])  # the furthest end so far
+    first = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
+    last = np.r_[first[1:] - 1, len(starts) - 1]
+    return starts[first], reach[last] - starts[first]
+
+
 def _plot_timeline(trials: Sequence[TrialRecord]) -> tuple[Figure, str]:
     """One row per worker; one bar per trial from its start to its end, coloured by state."""
-    timed = [
-        t for t in trials if math.isfinite(_time(t.started)) and math.isfinite(_time(t.finished))
-    ]
-    if not timed:
+    started = _floats([t.started for t in trials])
+    finished = _floats([t.finished for t in trials])
+    timed = np.flatnonzero(np.isfinite(started) & np.isfinite(finished))
+    if not len(timed):
         fig = _figure(7.0, 2.5)
         _message(fig, "no trial timings recorded")
         return fig, ""
-    t0 = min(_time(t.started) for t in timed)
-    end = max(max(_time(t.started), _time(t.finished)) for t in timed)
-    span = end - t0
+    started, finished = started[timed], finished[timed]
+    t0 = float(started.min())
+    span = float(np.maximum(started, finished).max()) - t0
     smallest = max(span * 0.002, 1e-3)  # a visible sliver for near-instant trials
-    rows: dict[str, list[TrialRecord]] = {}
-    for t in timed:
-        rows.setdefault("(unknown)" if t.worker is None else str(t.worker), []).append(t)
+    begins, widths = started - t0, finished - started
+    rows: dict[str, list[int]] = {}  # worker -> positions in ``timed``
+    timed_trials = [trials[i] for i in timed.tolist()]
+    for at, t in enumerate(timed_trials):
+        worker = t.worker
+        rows.setdefault("(unknown)" if worker is None else str(worker), []).append(at)
     workers = sorted(rows)
     fig = _figure(9.0, min(16.0, max(2.5, 0.45 * len(workers) + 1.3)))
     ax = fig.add_subplot()
-    # (row, lane, lanes, state) -> bars; one broken_barh call each, not one per trial.
-    groups: dict[tuple[int, int, int, str], list[tuple[float, float]]] = {}
+    # (row, lane, lanes, state) -> positions; one collection each, not one per trial.
+    groups: dict[tuple[int, int, int, str], list[int]] = {}
     most_lanes = 1
     for row, worker in enumerate(workers):
-        spans = [
-            (_time(t.started) - t0, _time(t.finished) - _time(t.started)) for t in rows[worker]
-        ]
+        ats = rows[worker]
         # Lanes follow the real times; the drawn width is at least a visible sliver.
-        lanes = _lanes([(s, s + max(w, 0.0)) for s, w in spans])
-        spans = [(s, max(w, smallest)) for s, w in spans]
+        begin = begins[ats]
+        lanes = _lanes(begin.tolist(), (begin + np.maximum(widths[ats], 0.0)).tolist())
         n_lanes = max(lanes) + 1
         most_lanes = max(most_lanes, n_lanes)
-        for t, bar, lane in zip(rows[worker], spans, lanes, strict=True):
-            groups.setdefault((row, lane, n_lanes, t.state), []).append(bar)
+        for at, lane in zip(ats, lanes, strict=True):
+            groups.setdefault((row, lane, n_lanes, timed_trials[at].state), []).append(at)
     states: set[str] = set()
-    # Thin white edges part back-to-back trials; with thousands of bars they would hide them.
-    edge: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.5} if len(timed) <= 500 else {}
-    for (row, lane, n_lanes, state), bars in groups.items():
+    # Thin white edges part back-to-back trials; with thousands of bars they would hide
+    # them. Without edges, bars of a colour that overlap on a lane are drawn as one.
+    few = len(timed) <= 500
+    edge: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.5} if few else {}
+    for (row, lane, n_lanes, state), ats in groups.items():
         height = 0.8 / n_lanes
-        ax.broken_barh(
-            bars, (row - 0.4 + lane * height, height * 0.9), facecolors=_colour(state), **edge
-        )
+        bars = begins[ats], np.maximum(widths[ats], smallest)
+        xs, shown = bars if few else _merged(*bars)
+        bottom = row - 0.4 + lane * height
+        _bars(ax, xs, shown, bottom, height * 0.9, facecolors=_colour(state), **edge)
         states.add(state)
     for state in sorted(states):
         ax.plot([], [], color=_colour(state), linewidth=6, label=_label(state))
@@ -199,7 +237,7 @@ def _plot_timeline(trials: Sequence[TrialRecord]) -> tuple[Figure, str]:
     ax.set_xlabel("seconds since the first trial started")
     ax.grid(axis="x", alpha=0.3)
     _legend_outside(ax)
-    busy = sum(max(_time(t.finished) - _time(t.started), 0.0) for t in timed)
+    busy = sum(np.maximum(widths, 0.0).tolist())  # in trial order, as a running sum
     caption = (
         f"{len(timed):,} timed trials on {len(workers)} worker(s) over {span:.3g} s; "
         f"mean concurrency {busy / span if span > 0 else 0.0:.2f} trials."
@@ -231,7 +269,7 @@ def _plot_curves(data: _Data) -> tuple[Figure, str] | None:
     Beyond ``MAX_LINES`` curves, the best by last score are kept (by the resource reached
     first in a multi-fidelity search, as its leaderboard ranks)."""
     staged = data.staged
-    curves = {t.number: (t, *_curve(t)) for t in data.trials}
+    curves = {t.number: (t, *_curve(t)) for t in data.trials if t.intermediate}
     curves = {n: c for n, c in curves.items() if len(c[1])}
     if not curves:
         return None
@@ -266,10 +304,10 @@ def _plot_curves(data: _Data) -> tuple[Figure, str] | None:
     return fig, f"{caption} {sampled}".strip().replace("completed trials", "trials")
 
 
-def _figures(registry: Registry, data: _Data) -> dict[str, tuple[bytes, str]]:
+def _figures(data: _Data) -> dict[str, tuple[bytes, str]]:
     """Each plot's PNG and caption, in the order of :data:`FIGURES`."""
     parallel, parallel_caption = _plot_parallel(data)
-    importances, importance_caption = _importance(registry, data.exp.id, data.trials, data.params)
+    importances, importance_caption = _importance(data)
     if isinstance(importances, str):  # the panel's text, also readable without the image
         importance_caption = f"{importances[0].upper()}{importances[1:]}. {importance_caption}"
     timeline, timeline_caption = _plot_timeline(data.trials)
@@ -297,4 +335,4 @@ def report_figures(registry: Registry, experiment: str | int) -> dict[str, bytes
     if is_training_job(exp):
         return {name: png for name, (png, _) in job_figures(load_job(registry, exp)).items()}
     data = _load(registry, exp.id)
-    return {name: png for name, (png, _) in _figures(registry, data).items()}
+    return {name: png for name, (png, _) in _figures(data).items()}
