@@ -13,6 +13,7 @@ __all__ = [
     "InvalidParameterError",
     "JobCompleteError",
     "NoWorkersError",
+    "NonFiniteOutputError",
     "NotSupportedError",
     "SchedulerLostError",
     "SearchSpaceError",
@@ -94,6 +95,12 @@ class TrainingError(GangError):
     ) -> None:
         self.checkpoint = checkpoint
         super().__init__(message, worker=worker, rank=rank)
+
+
+class NonFiniteOutputError(DmlsearchError, ValueError):
+    """A model's predictions are NaN or infinite: its fit diverged (NaN weights), or the
+    rows predicted hold NaN or infinite values. Raised instead of returning them, so that a
+    search scores such a trial as failed rather than as the class an argmax of NaN gives."""
 
 
 class NotSupportedError(DmlsearchError, NotImplementedError):

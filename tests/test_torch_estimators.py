@@ -288,6 +288,71 @@ def test_search_cv_tunes_module_and_training_parameters_on_workers(
     registry.close()
 
 
+class TurnsNaN(torch.nn.CrossEntropyLoss):
+    """Cross-entropy that turns NaN after ``after`` calls (None: never), as a loss does
+    when training diverges; its NaN gradients make the weights NaN."""
+
+    def __init__(self, after: int | None = None) -> None:
+        super().__init__()
+        self.after, self.calls = after, 0
+
+    def forward(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        loss = super().forward(out, target)
+        return loss * float("nan") if self.after is not None and self.calls > self.after else loss
+
+
+def imbalanced() -> tuple[np.ndarray, np.ndarray]:
+    """Rows whose label is mostly the first class: the label an argmax of NaN gives."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(N, D))
+    return X, np.where(rng.random(N) < 0.85, "a", "b")
+
+
+def test_a_net_with_nan_weights_refuses_to_predict_and_says_why() -> None:
+    from dmlsearch.exceptions import NonFiniteOutputError
+
+    X, y = imbalanced()
+    net = TorchClassifier(MLP, criterion=TurnsNaN, criterion__after=2, max_epochs=2)
+    with pytest.warns(RuntimeWarning, match="not finite"):
+        net.fit(X, y)
+    message = f"outputs are NaN or infinite for {N} of {N} rows: the training loss was not finite"
+    for method in (net.predict, net.predict_proba, lambda X: net.score(X, y)):
+        with pytest.raises(NonFiniteOutputError, match=message):
+            method(X)
+    regressor = TorchRegressor(MLP, module__n_out=1, criterion=torch.nn.MSELoss, max_epochs=1)
+    regressor.fit(X, X[:, 0])
+    assert np.isfinite(regressor.predict(X)).all()
+    bad_rows = X.copy()
+    bad_rows[:3, 0] = np.nan  # a healthy model, rows that are not: named as the cause
+    with pytest.raises(NonFiniteOutputError, match="for 3 of 240 rows: those rows of X"):
+        regressor.predict(bad_rows)
+
+
+@pytest.mark.cluster
+def test_a_trial_whose_weights_turned_nan_fails_instead_of_scoring_the_first_class(
+    client: Any,
+) -> None:
+    # Without the check, argmax over NaN outputs predicts "a" for every row: accuracy 0.85,
+    # better than the healthy trial's, so the diverged net was the best and was refitted.
+    X, y = imbalanced()
+    search = SearchCV(
+        TorchClassifier(
+            MLP, criterion=TurnsNaN, lr=1e-4, max_epochs=2, batch_size=32, random_state=0
+        ),
+        {"criterion__after": [3, None]},
+        cv=2,
+        client=client,
+        progress=False,
+        dashboard=False,
+    ).fit(X, y)
+    states = {t.params["criterion__after"]: t for t in search.trials_}
+    assert states[3].state == "failed"
+    assert "NonFiniteOutputError" in states[3].error and "not finite" in states[3].error
+    assert states[None].state == "complete"
+    assert search.best_params_ == {"criterion__after": None}
+
+
 def test_a_registered_net_loads_only_into_a_net_of_its_class(
     data: tuple[np.ndarray, np.ndarray], tmp_path: Any
 ) -> None:

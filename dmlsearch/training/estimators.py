@@ -46,7 +46,7 @@ from skorch import NeuralNet, NeuralNetClassifier, NeuralNetRegressor
 from skorch.callbacks import BatchScoring, EpochScoring
 from skorch.utils import is_dataset, to_numpy
 
-from ..exceptions import InvalidParameterError
+from ..exceptions import InvalidParameterError, NonFiniteOutputError
 from ..registry._checks import INT64_MAX
 from ._checks import TRAINER_DEFAULTS, check_trainer_options, diverged
 from ._data import check_finite, check_numeric
@@ -314,6 +314,24 @@ class _TorchEstimator:
         if divergence is not None:
             warnings.warn(divergence, RuntimeWarning, stacklevel=3)
 
+    def _finite(self, out: np.ndarray) -> np.ndarray:
+        """``out``, the predictions, or NonFiniteOutputError where any is NaN or infinite."""
+        values = np.asarray(out)
+        if values.dtype.kind not in "fc" or bool(np.isfinite(values).all()):
+            return out
+        rows = (~np.isfinite(values.reshape(len(values), -1))).any(axis=1)
+        history = getattr(self, "history", None) or []
+        cause = diverged((e.get("epoch"), e.get("train_loss")) for e in history)
+        raise NonFiniteOutputError(
+            f"the model's outputs are NaN or infinite for {int(rows.sum())} of {len(values)} "
+            "rows: "
+            + (
+                cause
+                if cause is not None
+                else "those rows of X may hold NaN or infinite values (or the weights do)"
+            )
+        )
+
     def _target(self, X: Any, y: Any) -> Any:
         return y
 
@@ -449,6 +467,11 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
                 "logit per class)",
             )
 
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """The module's outputs (probabilities with skorch's default criterion);
+        NonFiniteOutputError where any is NaN or infinite."""
+        return self._finite(super().predict_proba(X))
+
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class label of each row (labels as in ``classes_``)."""
         return np.asarray(self.classes_)[self.predict_proba(X).argmax(axis=1)]
@@ -493,8 +516,9 @@ class TorchRegressor(_TorchEstimator, NeuralNetRegressor):
             self.n_targets_dim_ = dim
 
     def predict(self, X: Any) -> np.ndarray:
-        """The predictions; 1-D when the model was fitted on a 1-D ``y``."""
-        out = np.asarray(super().predict(X))
+        """The predictions; 1-D when the model was fitted on a 1-D ``y``.
+        NonFiniteOutputError where any is NaN or infinite."""
+        out = self._finite(np.asarray(super().predict(X)))
         if getattr(self, "n_targets_dim_", 2) == 1 and out.ndim == 2 and out.shape[1] == 1:
             return out.ravel()
         return out
