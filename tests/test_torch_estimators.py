@@ -241,6 +241,41 @@ def test_bad_input_is_refused_before_training(
     assert not net.initialized_ and not hasattr(net, "module_")
 
 
+class WithAux(MLP):
+    """Logits, and in training mode an auxiliary head's too (as Inception's): the batches
+    train on a tuple that the default criterion cannot take."""
+
+    def forward(self, x: torch.Tensor) -> Any:
+        out = self.layers(x)
+        return (out, out.detach()) if self.training else out
+
+
+class Normed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.linear = torch.nn.BatchNorm1d(D), torch.nn.Linear(D, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.norm(x))
+
+
+def test_the_first_rows_run_as_training_runs_them_and_change_nothing(
+    data: tuple[np.ndarray, np.ndarray],
+) -> None:
+    X, y = data
+    # In eval mode the check saw one tensor and passed; the first batch then failed with
+    # the criterion's TypeError on the tuple.
+    with pytest.raises(InvalidParameterError, match="criterion fails on the module's output"):
+        TorchClassifier(WithAux, max_epochs=1, random_state=0).fit(X, y)
+    # The check runs on a copy: BatchNorm's statistics are those of the epochs alone.
+    net = TorchClassifier(Normed(), max_epochs=1, batch_size=len(X), random_state=0)
+    net.fit(X * 3 + 5, y)
+    norm = net.module_.norm
+    assert int(norm.num_batches_tracked) == 1
+    expected = 0.9 * torch.zeros(D) + 0.1 * torch.as_tensor((X * 3 + 5).mean(axis=0))
+    torch.testing.assert_close(norm.running_mean, expected.float(), rtol=1e-5, atol=1e-5)
+
+
 def test_a_module_instance_is_taken_as_it_is(data: tuple[np.ndarray, np.ndarray]) -> None:
     X, y = data
     module = MLP(hidden=6)

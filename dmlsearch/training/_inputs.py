@@ -13,7 +13,7 @@ import torch
 
 from ..exceptions import InvalidParameterError
 from ._data import check_finite, check_numeric, from_pandas
-from ._trial import ONE_D_HINT, describe
+from ._trial import ONE_D_HINT, describe, in_training_mode
 
 __all__ = ["_float32", "check_rows", "labels_of", "try_first_rows"]
 
@@ -106,9 +106,10 @@ def try_first_rows(net: Any, X: Any, y: Any) -> None:
     xb = torch.as_tensor(np.array(X[:8]) if isinstance(X, np.ndarray) else X[:8]).to(net.device)
     yb = torch.as_tensor(y[:8]).to(net.device)
     try:
-        with torch.no_grad():
-            net.module_.eval()
-            y_pred = net.infer(xb)
+        # In training mode, as the epochs run it (a module may return auxiliary outputs
+        # there only), on a copy: BatchNorm's statistics and the generator stay as they were.
+        with torch.no_grad(), in_training_mode(net.module_) as module:
+            y_pred = module(xb)
     except Exception as exc:
         hint = ONE_D_HINT if X.ndim == 1 else ""
         raise InvalidParameterError(
@@ -116,12 +117,10 @@ def try_first_rows(net: Any, X: Any, y: Any) -> None:
             f"the module fails on the first rows of X ({describe(xb)}): "
             f"{type(exc).__name__}: {exc}{hint}",
         ) from exc
-    finally:
-        net.module_.train()
     if isinstance(y_pred, torch.Tensor):
         net._check_output(y_pred, yb)
     try:
-        net.get_loss(y_pred, yb, X=xb, training=False)
+        net.get_loss(y_pred, yb, X=xb, training=True)
     except Exception as exc:
         raise InvalidParameterError(
             "criterion",

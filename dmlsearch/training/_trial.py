@@ -25,7 +25,7 @@ import torch
 from ..exceptions import InvalidParameterError
 from ._rank import _tensor
 
-__all__ = ["ONE_D_HINT", "copied", "describe", "try_batch"]
+__all__ = ["ONE_D_HINT", "copied", "describe", "in_training_mode", "try_batch"]
 
 #: ``warnings.catch_warnings`` swaps process-wide state: one try at a time (search trials
 #: prepare their folds on the driver's threads).
@@ -100,7 +100,7 @@ def copied(model: torch.nn.Module) -> torch.nn.Module | None:
 
 
 @contextlib.contextmanager
-def _training(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+def in_training_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """``model`` in training mode, as the ranks run it, under a forked generator (dropout
     draws): a copy, or a module that cannot be copied itself, its buffers (BatchNorm's
     statistics) and modes put back after."""
@@ -130,7 +130,7 @@ def try_batch(
     params = (p.dtype for p in model.parameters() if p.is_floating_point())
     floating = str(next(params, torch.get_default_dtype())).removeprefix("torch.")
     y_dtype = floating if yb.dtype.kind == "f" else ""
-    with _training(model) as trial:
+    with in_training_mode(model) as trial:
         out, x_dtype = _forward(trial, xb, floating)
         loss = _loss(loss_fn, out, yb, y_dtype)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
