@@ -345,8 +345,8 @@ def _check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
     driver = driver if isinstance(driver, dict) else {}
     host, pid = driver.get("host"), driver.get("pid")
     force = (
-        f"if no driver runs it any more (killed, its machine lost), set {FORCE_RESUME}=1 in "
-        "the environment to resume it now"
+        "if no driver runs it any more (killed, its machine lost), resume it now with "
+        f"`dmlsearch resume FILE --force` (or {FORCE_RESUME}=1 in the environment)"
     )
     if host == socket.gethostname() and isinstance(pid, int) and os.name == "posix":
         if pid != os.getpid() and _alive(pid):

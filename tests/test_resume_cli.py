@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,34 @@ def test_resume_of_a_complete_search_reports_it_and_starts_nothing(
     assert "the cv folds changed (2 as before" in refused.stderr
     with Registry(url) as registry:
         assert len(registry.trials("quickstart-digits")) == 3
+
+
+def test_resume_force_skips_the_still_running_check_for_this_command_only(
+    tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from dmlsearch._experiment import FORCE_RESUME
+
+    monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
+    monkeypatch.delenv(FORCE_RESUME, raising=False)
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    address = ["--set", f"cluster.address={client.scheduler.address}", "--registry", url]
+    assert invoke("run", QUICKSTART, *SMALL, *address).exit_code == 0
+    with Registry(url) as registry:  # as a driver on another host leaves it, active just now
+        exp = registry.experiment("quickstart-digits")
+        driver = {"host": "elsewhere", "pid": 1, "opened": time.time()}
+        registry.store.set_experiment_config(exp.id, {**exp.config, "driver": driver})
+        registry.store.set_experiment_status(exp.id, "running")
+
+    more = ["--set", "search.n_trials=4"]
+    refused = invoke("resume", QUICKSTART, *SMALL, *more, *address)
+    assert refused.exit_code == 2, refused.output
+    assert "another driver may still be running it" in refused.stderr
+    assert "`dmlsearch resume FILE --force`" in refused.stderr
+    forced = invoke("resume", QUICKSTART, *SMALL, *more, *address, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert FORCE_RESUME not in os.environ  # nothing left set for what runs next
+    with Registry(url) as registry:
+        assert len(registry.trials("quickstart-digits")) == 4
+        assert registry.experiment("quickstart-digits").status == "complete"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -120,9 +121,29 @@ def resume(
     registry: RegistryOpt = None,
     progress: ProgressOpt = True,
     json_: JsonOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Resume even if the experiment may still be running elsewhere (its driver "
+            "was killed, its machine lost): skips that check.",
+        ),
+    ] = False,
 ) -> None:
     """Continue the experiment of FILE. Recorded trials are not rerun; n_trials is the total."""
-    _run(file, set_, registry, resume=True, progress=progress, json_=json_)
+    from .._experiment import FORCE_RESUME
+
+    # Read where the experiment is reopened, deep in the run; set for this command only.
+    before = os.environ.get(FORCE_RESUME)
+    if force:
+        os.environ[FORCE_RESUME] = "1"
+    try:
+        _run(file, set_, registry, resume=True, progress=progress, json_=json_)
+    finally:
+        if before is None:
+            os.environ.pop(FORCE_RESUME, None)
+        else:
+            os.environ[FORCE_RESUME] = before
 
 
 @app.command("list")
