@@ -188,12 +188,17 @@ def check_early_stopping(
         subspaces = as_space(search_space).subspaces
     except DmlsearchError:  # the space's own check reports it
         subspaces = ()
-    stops = stops_early(final) or any(key in sub for sub in subspaces)
+    by_rounds = getattr(final, "early_stopping_rounds", None) is not None or any(
+        key in sub for sub in subspaces
+    )
+    stops = by_rounds or stops_early(final)  # also an EarlyStopping in its callbacks
+    key = key if by_rounds else f"{prefix}callbacks"
     if stops and isinstance(workers_per_trial, int) and workers_per_trial > 1:
         raise InvalidParameterError(
             key,
             f"xgboost's early stopping is not available with workers_per_trial="
             f"{workers_per_trial} (gang trials take no eval_set): drop early_stopping_rounds "
+            "(or the EarlyStopping callback) "
             "and let a scheduler stop poor trials (scheduler='asha', resource='n_estimators'), "
             "or use workers_per_trial=1",
         )
@@ -202,6 +207,7 @@ def check_early_stopping(
             key,
             f"{type(final).__name__} stops early on an eval_set, which fit was not given: "
             f"pass fit(X, y, {prefix}eval_set=[(X_val, y_val)]) (the same rows for every "
-            "fold), or drop early_stopping_rounds and let a scheduler stop poor trials "
+            "fold), or drop early_stopping_rounds (or the EarlyStopping callback) and let a "
+            "scheduler stop poor trials "
             "(scheduler='asha', resource='n_estimators')",
         )

@@ -36,6 +36,7 @@ __all__ = [
     "drop_run",
     "fold_rows_key",
     "matrix_stats",
+    "reset_callbacks",
     "stops_early",
 ]
 
@@ -219,9 +220,39 @@ def cached_train_matrix(model: Any, key: Hashable | None, X: Any) -> Iterator[No
 
 def stops_early(model: Any) -> bool:
     """Whether xgboost model ``model`` stops early on ``fit``'s ``eval_set``
-    (``early_stopping_rounds``): its rounds then follow that one ``fit``'s validation
-    history, which boosting on from its booster does not have."""
-    return getattr(model, "early_stopping_rounds", None) is not None
+    (``early_stopping_rounds``, or an ``xgboost.callback.EarlyStopping`` in its
+    ``callbacks``): its rounds then follow that one ``fit``'s validation history, which
+    boosting on from its booster does not have."""
+    if getattr(model, "early_stopping_rounds", None) is not None:
+        return True
+    callbacks = getattr(model, "callbacks", None)
+    if not callbacks or not isinstance(callbacks, (list, tuple)):
+        return False
+    from xgboost.callback import EarlyStopping
+
+    return any(isinstance(c, EarlyStopping) for c in callbacks)
+
+
+#: An ``xgboost.callback.EarlyStopping``'s state, as its constructor sets it: a fit does
+#: not reset it, so a callback that went through a fit stops the next one early.
+_EARLY_STOPPING_STATE = {
+    "stopping_history": dict,
+    "best_scores": dict,
+    "current_rounds": int,
+    "starting_round": int,
+}
+
+
+def reset_callbacks(model: Any) -> None:
+    """Give ``model``'s (an unfitted copy of a fitted xgboost model) EarlyStopping
+    callbacks the state of new ones; the copy's other callbacks are left as they are."""
+    from xgboost.callback import EarlyStopping
+
+    for step in getattr(model, "steps", None) or [(None, model)]:
+        for callback in getattr(step[1], "callbacks", None) or ():
+            if isinstance(callback, EarlyStopping):
+                for name, empty in _EARLY_STOPPING_STATE.items():
+                    setattr(callback, name, empty())
 
 
 def boost_in_place(model: Any, key: Hashable | None, rounds: int) -> bool:

@@ -406,6 +406,9 @@ def train_param(
     model = _fresh(state)
     model.set_params(**({param: resource, warm: True} if has_warm else {param: resource}))
     if _xgboost_rounds(state, param):
+        from ._xgb_matrices import reset_callbacks
+
+        reset_callbacks(model)  # a clone copies what the callbacks learnt in state's fit
         _xgb_fit(model, X, y, param, matrix_key, **fit_params)
     else:
         model.fit(X, y, **fit_params)

@@ -292,11 +292,17 @@ def test_xgboost_early_stopping_without_an_eval_set_is_refused_before_any_work(
             "xgbclassifier__",
         ),
     ]
+    from xgboost.callback import EarlyStopping
+
     for estimator, space, prefix in cases:
         search = SearchCV(estimator, space, progress=False, **kwargs)
         with pytest.raises(InvalidParameterError, match=f"{prefix}eval_set=") as caught:
             search.fit(*data)
         assert caught.value.param == f"{prefix}early_stopping_rounds"
+    callback = XGBClassifier(callbacks=[EarlyStopping(rounds=3)])
+    with pytest.raises(InvalidParameterError, match="eval_set=") as caught:
+        SearchCV(callback, {"max_depth": [2, 3]}, progress=False, **kwargs).fit(*data)
+    assert caught.value.param == "callbacks"
 
 
 def test_a_client_that_is_not_one_is_refused_before_a_cluster_starts(data: Any) -> None:

@@ -462,13 +462,19 @@ X_EVAL, Y_EVAL = make_classification(n_samples=120, n_features=8, n_informative=
 STOPS_EARLY = {"early_stopping_rounds": 1, "learning_rate": 1.0, "max_depth": 5}
 
 
-@pytest.mark.parametrize("case", ["classifier", "regressor", "pipeline"])
+@pytest.mark.parametrize("case", ["classifier", "regressor", "pipeline", "callback"])
 def test_xgboost_that_stops_early_refits_to_the_model_of_its_rounds(case: str) -> None:
     # Found by a probe: boosted on from a booster that had stopped at round 2, the
     # "6-round" model held 4 rounds, another model than 6 rounds at once (which stop at 2).
+    # "callback": xgboost's EarlyStopping callback instead of early_stopping_rounds.
     xgboost = pytest.importorskip("xgboost")
     kind = xgboost.XGBRegressor if case == "regressor" else xgboost.XGBClassifier
-    model = kind(tree_method="hist", random_state=0, n_jobs=1, **STOPS_EARLY)
+    stops: dict[str, Any] = dict(STOPS_EARLY)
+    if case == "callback":
+        stops["callbacks"] = [
+            xgboost.callback.EarlyStopping(rounds=stops.pop("early_stopping_rounds"))
+        ]
+    model = kind(tree_method="hist", random_state=0, n_jobs=1, **stops)
     param, fit = "n_estimators", {"eval_set": [(X_EVAL, Y_EVAL)], "verbose": False}
     if case == "pipeline":
         model, param = make_pipeline(StandardScaler(), model), "xgbclassifier__n_estimators"

@@ -105,6 +105,25 @@ def test_ssp_returns_the_mean_of_the_ranks_floating_buffers(
         assert torch.equal(final[name], value), name
 
 
+def bf16_normed() -> torch.nn.Module:
+    return normed().to(torch.bfloat16)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("sync", ["ssp", "average", "allreduce"])
+def test_a_bfloat16_model_trains_with_every_sync(
+    client: Client, sorted_rows: tuple[np.ndarray, np.ndarray], sync: str
+) -> None:
+    # The parameter server's weights, gradients and buffers went through .numpy(), which
+    # has no bfloat16: every ssp step failed on the ranks.
+    X, y = sorted_rows
+    fitted = trainer(client, model_fn=bf16_normed, sync=sync, epochs=2).fit(X / 10, y)
+    assert {p.dtype for p in fitted.model_.parameters()} == {torch.bfloat16}
+    assert fitted.model_[0].running_mean.dtype == torch.bfloat16
+    losses = [e["loss"] for e in fitted.history_]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
 class AuxNet(torch.nn.Module):
     """Auxiliary logits in training mode only, as torchvision's GoogLeNet and Inception3."""
 

@@ -57,7 +57,7 @@ class ParameterServer:
 
     def pull(self) -> tuple[list[np.ndarray], int]:
         """The weights, and the slowest rank's clock."""
-        return [p.detach().numpy().copy() for p in self.params], min(self.clocks)
+        return [_host(p) for p in self.params], min(self.clocks)
 
     def min_clock(self) -> int:
         return min(self.clocks)
@@ -66,7 +66,7 @@ class ParameterServer:
         """Apply rank ``rank``'s gradients (None: that parameter has none this step);
         returns the slowest rank's clock."""
         for p, g in zip(self.params, grads, strict=True):
-            p.grad = None if g is None else torch.from_numpy(g)
+            p.grad = None if g is None else torch.from_numpy(g).to(p.dtype)
         self.opt.step()
         self.clocks[rank] += 1
         self.max_lag = max(self.max_lag, max(self.clocks) - min(self.clocks))
@@ -89,9 +89,19 @@ class ParameterServer:
         return state_bytes(epoch, self.model, self.opt)
 
 
+def _host(t: torch.Tensor) -> np.ndarray:
+    """``t`` as a NumPy array in host memory (a copy). Dtypes NumPy lacks (bfloat16, the
+    float8s) travel as float32, which holds each of their values exactly; the receiver
+    casts back to its own tensor's dtype."""
+    t = t.detach().to("cpu", copy=True)
+    if t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        t = t.float()
+    return t.numpy()
+
+
 def _buffers(model: torch.nn.Module) -> dict[str, np.ndarray]:
     """A rank's buffers (BatchNorm statistics...), by name, in host memory."""
-    return {n: b.detach().to("cpu", copy=True).numpy() for n, b in model.named_buffers()}
+    return {n: _host(b) for n, b in model.named_buffers()}
 
 
 def mean_buffers(per_rank: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -176,10 +186,7 @@ def train_ssp_rank(
             loss.backward()
             pushed = time.perf_counter()
             # The weights for the next step come back with the push: one round trip.
-            grads = [
-                None if p.grad is None else p.grad.detach().to("cpu", copy=True).numpy()
-                for p in params
-            ]
+            grads = [None if p.grad is None else _host(p.grad) for p in params]
             weights, low = ps.push_pull(rank, grads).result()
             waited += time.perf_counter() - pushed
             clock += 1
