@@ -328,6 +328,14 @@ class RegistryStore(abc.ABC):
     def count_trials(self, experiment_id: int, state: str | Sequence[str] | None = None) -> int:
         """How many trials (in ``state``) the experiment has; raises NotFoundError."""
 
+    def count_trials_by_state(self, experiment_id: int) -> dict[str, int]:
+        """How many trials the experiment has in each state (states with none left out);
+        raises NotFoundError. This default reads every trial; backends count in the store."""
+        counts: dict[str, int] = {}
+        for trial in self.get_trials(experiment_id):
+            counts[trial.state] = counts.get(trial.state, 0) + 1
+        return counts
+
     @abc.abstractmethod
     def leaderboard(self, experiment_id: int, k: int = 10) -> list[TrialRecord]:
         """The ``k`` completed trials with the greatest value, best first.

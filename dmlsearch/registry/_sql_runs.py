@@ -262,6 +262,16 @@ class _RunsMixin(_SQLCore):
             self._require_experiment(conn, experiment_id)
             return int(conn.execute(query).scalar_one())
 
+    def count_trials_by_state(self, experiment_id: int) -> dict[str, int]:
+        query = (
+            sa.select(trials.c.state, sa.func.count())
+            .where(*self._trial_filter(experiment_id, None))
+            .group_by(trials.c.state)
+        )
+        with self._transaction(write=False) as conn:
+            self._require_experiment(conn, experiment_id)
+            return {str(state): int(n) for state, n in conn.execute(query).all()}
+
     def experiment_summaries(self) -> dict[int, tuple[int, float | None]]:
         # NaN values are stored as NULL, which MAX skips: the best is the leaderboard's top.
         best = sa.func.max(sa.case((trials.c.state == COMPLETE, trials.c.value)))

@@ -406,6 +406,17 @@ class StoreContract:
         assert store.count_trials(exp.id, COMPLETE) == 3
         assert store.count_trials(exp.id, [FAILED, TIMEOUT]) == 2
         assert store.count_trials(exp.id, "pruned") == 0
+        assert store.count_trials_by_state(exp.id) == {
+            COMPLETE: 3,
+            FAILED: 1,
+            TIMEOUT: 1,
+            RUNNING: 1,
+        }
+        assert store.count_trials_by_state(store.create_experiment("empty").id) == {}
+        # The base's default (reading the trials) agrees with the backend's own count.
+        assert RegistryStore.count_trials_by_state(store, exp.id) == store.count_trials_by_state(
+            exp.id
+        )
 
     def test_paging_in_number_order(self, store: RegistryStore) -> None:
         exp = store.create_experiment("exp")
