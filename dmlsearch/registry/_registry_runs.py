@@ -87,7 +87,7 @@ class _RegistryRuns(_RegistryCore):
             {
                 "number": t.number,
                 "value": t.value,
-                **({"resource": _reached(t)} if staged else {}),
+                **({"resource": resource_reached(t)} if staged else {}),
                 **{f"param_{n}": v for n, v in t.params.items()},
             }
             for t in self._ranked(exp, k)
@@ -116,7 +116,9 @@ class _RegistryRuns(_RegistryCore):
             if t.value is not None and not math.isnan(t.value)
         ]
         sign = 1.0 if minimized else -1.0
-        done.sort(key=lambda t: (-_reached(t) if staged else 0, sign * (t.value or 0.0), t.number))
+        done.sort(
+            key=lambda t: (-resource_reached(t) if staged else 0, sign * (t.value or 0.0), t.number)
+        )
         return done if k is None else done[:k]
 
     def to_optuna(self, experiment: str | int, storage: Any = None) -> Any:
@@ -128,35 +130,48 @@ class _RegistryRuns(_RegistryCore):
         inferred from the recorded values: numbers span their observed range (log scale
         when positive over more than two decades), anything else is categorical.
         """
-        import optuna
-
         exp = self.experiment(experiment)
-        trials = self.store.get_trials(exp.id)
-        distributions = _infer_distributions([t.params for t in trials])
-        study = optuna.create_study(
-            study_name=exp.name,
-            storage=storage,
-            direction=experiment_direction(exp),
-            load_if_exists=False,
-        )
-        study.set_user_attr("dmlsearch_experiment_id", exp.id)
-        frozen = []
-        for t in trials:
-            params = {k: _optuna_value(v) for k, v in t.params.items() if k in distributions}
-            complete = t.state == "complete" and t.value is not None
-            frozen.append(
-                optuna.trial.create_trial(
-                    params=params,
-                    distributions={k: distributions[k] for k in params},
-                    value=t.value if complete else None,
-                    state=optuna.trial.TrialState.COMPLETE
-                    if complete
-                    else optuna.trial.TrialState.FAIL,
-                    user_attrs={"dmlsearch_number": t.number, "worker": t.worker or ""},
-                )
+        return optuna_study(exp, self.store.get_trials(exp.id), storage=storage)
+
+
+def optuna_study(
+    exp: Any,
+    trials: Sequence[TrialRecord],
+    *,
+    storage: Any = None,
+    params_of: Sequence[TrialRecord] | None = None,
+) -> Any:
+    """An Optuna study of experiment ``exp``'s ``trials``: completed ones with their
+    value, the others as failed (:meth:`Registry.to_optuna`). The distributions are
+    inferred from the parameters of ``params_of`` (default: ``trials``), so that a study of
+    a sample of the trials spans the ranges of them all."""
+    import optuna
+
+    distributions = _infer_distributions([t.params for t in (params_of or trials)])
+    study = optuna.create_study(
+        study_name=exp.name,
+        storage=storage,
+        direction=experiment_direction(exp),
+        load_if_exists=False,
+    )
+    study.set_user_attr("dmlsearch_experiment_id", exp.id)
+    frozen = []
+    for t in trials:
+        params = {k: _optuna_value(v) for k, v in t.params.items() if k in distributions}
+        complete = t.state == "complete" and t.value is not None
+        frozen.append(
+            optuna.trial.create_trial(
+                params=params,
+                distributions={k: distributions[k] for k in params},
+                value=t.value if complete else None,
+                state=optuna.trial.TrialState.COMPLETE
+                if complete
+                else optuna.trial.TrialState.FAIL,
+                user_attrs={"dmlsearch_number": t.number, "worker": t.worker or ""},
             )
-        study.add_trials(frozen)
-        return study
+        )
+    study.add_trials(frozen)
+    return study
 
 
 def _optuna_value(value: Any) -> Any:
@@ -210,7 +225,7 @@ def _multifidelity(exp: Any) -> bool:
     return "schedule" in config and config.get("kind", "search") == "search"
 
 
-def _reached(trial: Any) -> int:
+def resource_reached(trial: Any) -> int:
     """The highest resource a multi-fidelity trial has a mean score at (0: none): its
     ``intermediate`` keys that are whole numbers (see ``dmlsearch._rung_records``)."""
     return max((int(key) for key in trial.intermediate if key.isdigit()), default=0)

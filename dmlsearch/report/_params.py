@@ -12,12 +12,7 @@ import numpy as np
 
 from .._errors import error_headline
 from ..registry._base import COMPLETE, TrialRecord
-from ..registry._registry_runs import (
-    _infer_distributions,
-    _optuna_value,
-    _reached,
-    experiment_direction,
-)
+from ..registry._registry_runs import optuna_study, resource_reached
 from ._common import (
     _ABSENT,
     _IMPORTANCE_DEPTH,
@@ -191,7 +186,7 @@ def _plot_parallel(data: _Data) -> tuple[Figure, str]:
     axes.append(_numeric_axis(list(values)))
     grid = np.column_stack([a.positions for a in axes])
     numbers = np.array([t.number for t in scored], dtype=float)
-    reached = np.array([_reached(t) for t in scored], dtype=float) if staged else None
+    reached = np.array([resource_reached(t) for t in scored], dtype=float) if staged else None
     chosen, caption = _sample(_order(values, numbers, data.minimize, reached), staged)
 
     import matplotlib
@@ -257,22 +252,7 @@ def _study(
     The study fANOVA sees, built from the trials already read: converting every trial of
     the experiment (its store read again) only for fANOVA to look at a sample took most of
     a report of thousands of trials."""
-    import optuna
-
-    distributions = _infer_distributions([t.params for t in trials])
-    study = optuna.create_study(direction=experiment_direction(exp))
-    frozen = []
-    for t in done:
-        params = {k: _optuna_value(v) for k, v in t.params.items()}
-        frozen.append(
-            optuna.trial.create_trial(
-                params=params,
-                distributions={k: distributions[k] for k in params},
-                value=t.value,
-            )
-        )
-    study.add_trials(frozen)
-    return study
+    return optuna_study(exp, done, params_of=trials)
 
 
 def _importance(data: _Data) -> tuple[dict[str, float] | str, str]:
