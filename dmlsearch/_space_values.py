@@ -16,12 +16,37 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StoredForm", "describe_value"]
+__all__ = ["StoredForm", "base_params", "describe_value"]
 
 #: How a value looks once stored (the registry's JSON round trip); identity by default.
 StoredForm = Callable[[Any], Any]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def base_params(estimator: Any, subspaces: Any) -> dict[str, Any]:
+    """The values ``estimator`` has for the parameters any of ``subspaces`` searches, where
+    they are plain (bool, int, finite float, str, None; a function or an estimator is
+    left out). What a trial that does not set one of them ran with, recorded so that
+    ensemble selection from a registry can rebuild each trial's estimator."""
+    try:
+        params = estimator.get_params(deep=True)
+    except Exception:  # the search reports a broken estimator itself
+        return {}
+    out: dict[str, Any] = {}
+    for key in sorted({k for sub in subspaces for k in sub}):
+        value = params.get(key, _MISSING)
+        if isinstance(value, np.generic):
+            value = value.item()
+        plain = isinstance(value, (bool, int, str, type(None))) or (
+            isinstance(value, float) and math.isfinite(value)
+        )
+        if plain:
+            out[key] = value
+    return out
+
+
+_MISSING = object()
 
 
 def describe_value(value: Any) -> Any:

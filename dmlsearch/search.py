@@ -37,6 +37,7 @@ from ._search_support import (
     resolve_seed,
     strategy_name,
 )
+from ._space_values import base_params
 from ._validation import check_fit_data, cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
@@ -584,6 +585,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             "estimator_spec": describe_value(self.estimator),
             "scoring_spec": describe_value(self.scoring),
             "search_space_spec": as_space(self.search_space).describe(),
+            "base_params": base_params(self.estimator, as_space(self.search_space).subspaces),
             **({} if folds is None else {"cv_folds": folds}),
         }
 

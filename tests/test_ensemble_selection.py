@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.datasets import load_diabetes, load_iris
+from sklearn.datasets import load_diabetes, load_iris, make_classification
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import log_loss
 from sklearn.model_selection import KFold, ShuffleSplit, StratifiedKFold, cross_val_predict
@@ -329,6 +329,56 @@ def test_selection_from_a_registry_experiment(client, iris, tmp_path):
         EnsembleSelection("trees", registry=url, client=client).fit(
             X, np.where(y == "setosa", "a", y)
         )
+
+
+def test_selection_from_a_registry_rebuilds_each_sub_spaces_trial_as_it_ran(client, iris, tmp_path):
+    # Found by a probe: members were refitted from the registered best model, so a trial
+    # of another sub-space kept the best trial's max_depth and criterion.
+    X, y = make_classification(300, 8, n_informative=5, random_state=0)
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    space = [
+        {"max_depth": [1, 2]},
+        {"min_samples_leaf": [5, 40]},
+        {"max_depth": [6], "criterion": ["entropy"]},
+    ]
+    base = DecisionTreeClassifier(random_state=0, max_depth=3)
+    search = SearchCV(
+        base, space, strategy="grid", cv=CV, client=client, keep_oof=True, registry=url,
+        experiment_name="subspaces", random_state=0,
+    ).fit(X, y)  # fmt: skip
+    assert search.best_params_ == {"max_depth": 6, "criterion": "entropy"}
+    from_search = EnsembleSelection(search, ensemble_size=10, random_state=0).fit(X, y)
+    by_name = EnsembleSelection(
+        "subspaces", ensemble_size=10, registry=url, client=client, random_state=0
+    ).fit(X, y)
+    assert by_name.members_ == from_search.members_
+    for a, b in zip(from_search.estimators_, by_name.estimators_, strict=True):
+        assert a.get_params() == b.get_params()
+    leaf = [e for e in by_name.estimators_ if e.min_samples_leaf != 1]
+    assert leaf and all((e.max_depth, e.criterion) == (3, "gini") for e in leaf)  # the base's
+    np.testing.assert_array_equal(by_name.predict_proba(X), from_search.predict_proba(X))
+
+    # Where the base's value is not recorded (an experiment of before), refused up front.
+    with Registry(url) as registry:
+        exp = registry.experiment("subspaces")
+        config = {k: v for k, v in exp.config.items() if k != "base_params"}
+        registry.store.set_experiment_config(exp.id, config)
+    with pytest.raises(InvalidParameterError, match="pass the fitted SearchCV") as caught:
+        EnsembleSelection("subspaces", registry=url, client=client).fit(X, y)
+    assert "criterion" in str(caught.value) and "max_depth" in str(caught.value)
+
+
+def test_selection_from_a_registry_refuses_searched_estimators_up_front(client, iris, tmp_path):
+    X, y = iris
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    pipe = Pipeline([("clf", LogisticRegression(max_iter=500))])
+    SearchCV(
+        pipe, {"clf": [LogisticRegression(max_iter=500), DecisionTreeClassifier(max_depth=2)]},
+        strategy="grid", cv=CV, client=client, keep_oof=True, registry=url,
+        experiment_name="estimators",
+    ).fit(X, y)  # fmt: skip
+    with pytest.raises(InvalidParameterError, match=r"estimators as values of \['clf'\]"):
+        EnsembleSelection("estimators", registry=url, client=client).fit(X, y)
 
 
 def test_a_regressor_swapped_into_a_classifier_search_fails_its_trials(client, iris):

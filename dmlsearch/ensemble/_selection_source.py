@@ -133,6 +133,7 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
             if t.state == COMPLETE and t.value is not None and t.number in files
         ]
         candidates = _best(candidates, max_candidates, where)
+        _check_plain(candidates, experiment.config, where)
         try:
             estimator = reg.load_model(name)
         except NotFoundError:
@@ -141,6 +142,7 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
                 f"{where} registered no model (was it run with refit=False?), so the "
                 "estimator to refit the members from is unknown; pass the fitted SearchCV",
             ) from None
+        estimator = _as_searched(estimator, candidates, experiment.config, where)
     finally:
         if reg is not registry:
             reg.close()
@@ -154,6 +156,60 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
         n_samples=int(meta["n_samples"]),
         where=where,
     )
+
+
+def _object_keys(config: dict[str, Any]) -> set[str]:
+    """The parameters whose recorded search space offers an estimator (or any value that
+    is not a JSON scalar) as a choice: the registry records such a trial's value as text."""
+    spec = config.get("search_space_spec")
+    subspaces = spec if isinstance(spec, list) else [spec]
+    keys = set()
+    for sub in subspaces:
+        for key, dim in sub.items() if isinstance(sub, dict) else ():
+            choices = dim.get("choices") if isinstance(dim, dict) else None
+            if isinstance(choices, list) and any(isinstance(c, (dict, list)) for c in choices):
+                keys.add(key)
+    return keys
+
+
+def _check_plain(candidates: list[Candidate], config: dict[str, Any], where: str) -> None:
+    """InvalidParameterError, before any work, where a candidate's parameters hold an
+    estimator: the registry has only its text, not the object to refit with."""
+    objects = _object_keys(config)
+    found = sorted({k for c in candidates for k in c.params if k in objects})
+    if found:
+        raise InvalidParameterError(
+            "search",
+            f"{where} searched estimators as values of {found}, which the registry records "
+            "only as text, so its trials cannot be refitted from it: pass the fitted "
+            "SearchCV (search=the_search) instead of the experiment's name",
+        )
+
+
+def _as_searched(
+    estimator: Any, candidates: list[Candidate], config: dict[str, Any], where: str
+) -> Any:
+    """The registered best model, with the parameters some candidates do not set (a search
+    of sub-spaces) put back to the searched estimator's values: a candidate refitted from
+    it must not inherit the best trial's values of those."""
+    keys = set().union(*(c.params for c in candidates))
+    unset = sorted({k for c in candidates for k in keys - c.params.keys()})
+    if not unset:
+        return estimator
+    recorded = config.get("base_params")
+    base = recorded if isinstance(recorded, dict) else {}
+    unknown = [k for k in unset if k not in base]
+    if unknown:
+        raise InvalidParameterError(
+            "search",
+            f"{where}'s trials set different parameters (sub-spaces), and the value the "
+            f"searched estimator had for {unknown[:5]} is not recorded (not a plain value, "
+            "or an experiment recorded before 2026-12-07), so a trial that did not set it "
+            "cannot be refitted as it ran: pass the fitted SearchCV instead",
+        )
+    from sklearn.base import clone
+
+    return clone(estimator).set_params(**{k: base[k] for k in unset})
 
 
 def _stored_scoring(text: Any) -> Any:
