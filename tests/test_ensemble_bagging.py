@@ -389,3 +389,34 @@ def test_large_inputs_are_predicted_on_the_workers_with_the_same_numbers(client,
         if method == "predict_proba":
             np.testing.assert_array_equal(on_workers, on_driver)
         assert "_members_future" not in pickle.loads(pickle.dumps(model)).__dict__
+
+
+def test_a_refitted_bag_predicts_on_the_workers_with_its_new_members(client, data):
+    # Found by a probe: the members scattered for the fit before were used again, so after
+    # a refit on flipped labels the workers' predictions were those of the old members.
+    import dask
+
+    from dmlsearch.ensemble._predict import ROWS_KEY
+
+    X, y = data
+    bag = BaggingClassifier(n_estimators=4, random_state=0, client=client).fit(X, y)
+    with dask.config.set({ROWS_KEY: 10}):
+        before = bag.predict_proba(X)
+        bag.fit(X, y[::-1].copy())
+        on_workers = bag.predict_proba(X)
+    assert not np.array_equal(on_workers, before)
+    with dask.config.set({ROWS_KEY: 10**9}):
+        np.testing.assert_array_equal(on_workers, bag.predict_proba(X))
+
+
+@pytest.mark.filterwarnings("ignore:Some inputs do not have OOB scores")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide")
+def test_multi_output_oob_score_when_a_member_drew_every_row(client):
+    # Found by a probe: a member with no out-of-bag row returned an array without the
+    # outputs' axis, and the sum failed to broadcast.
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    reg = BaggingRegressor(
+        LinearRegression(), n_estimators=8, oob_score=True, random_state=0, client=client
+    ).fit(X, Y)
+    assert reg.oob_prediction_.shape == Y.shape

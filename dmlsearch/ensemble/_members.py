@@ -233,9 +233,10 @@ def _out_of_bag(
     mask = np.ones(spec.n_samples, dtype=bool)
     mask[rows] = False
     oob = np.flatnonzero(mask)
-    if len(oob) == 0:
-        width = spec.n_classes or 1
-        return np.zeros((0, width)) if spec.n_classes else np.zeros(0)
+    if len(oob) == 0:  # the member drew every row: no predictions, in the usual shape
+        if spec.n_classes:
+            return np.zeros((0, spec.n_classes))
+        return np.zeros((0, *np.shape(data.y)[1:]))
     X_oob = _columns(data.X[oob], features, spec.n_features)
     if spec.n_classes is not None:
         return class_votes(estimator, X_oob, spec.n_classes)

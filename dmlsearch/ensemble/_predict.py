@@ -47,12 +47,20 @@ def summed_predictions(
     if client is None:
         return member_sum(members, X, n_classes)
     n_workers = max(1, len(alive_workers(client, running=False)))
+    # The members scattered last time, if they are still this fit's: a fit makes a new
+    # ``estimators_`` list, and predicting with the members of the fit before was wrong.
+    fitted = getattr(owner, "estimators_", None)
     cached = getattr(owner, "_members_future", None)
-    if cached is None or cached[0] is not client or cached[1].status != "finished":
+    if (
+        cached is None
+        or cached[0] is not client
+        or cached[1] is not fitted
+        or cached[2].status != "finished"
+    ):
         # One object for all members (a list would scatter one future per member).
         [future] = client.scatter([members], broadcast=True, hash=False)
-        owner._members_future = (client, future)
-    future = owner._members_future[1]
+        owner._members_future = (client, fitted, future)
+    future = owner._members_future[2]
     bounds = np.linspace(0, X.shape[0], min(4 * n_workers, X.shape[0]) + 1).astype(int)
     blocks = [
         client.submit(member_sum, future, X[lo:hi], n_classes, pure=False)
