@@ -248,6 +248,25 @@ def test_a_model_skops_cannot_load_back_is_refused_at_registration(registry, dat
     np.testing.assert_array_equal(loaded.predict(X), pattern.predict(X))
 
 
+class Doubling(FunctionTransformer):
+    """A transformer class as a script or notebook defines it (module ``__main__``)."""
+
+
+def test_a_model_of_types_defined_in_main_warns_that_it_loads_only_there(
+    registry, data, monkeypatch
+):
+    # Found by a probe: such a version registered (its load-back check runs where __main__
+    # defines the class), then failed to load in any other process.
+    X, y = data
+    monkeypatch.setattr(Doubling, "__module__", "__main__")
+    monkeypatch.setattr(sys.modules["__main__"], "Doubling", Doubling, raising=False)
+    model = make_pipeline(Doubling(), LogisticRegression()).fit(X, y)
+    with pytest.warns(UserWarning, match=r"__main__\.Doubling.*loads only in a process"):
+        registry.register_model("local", model)
+    loaded = registry.load_model("local")  # here it does
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+
+
 @pytest.mark.cluster
 def test_an_unregistered_best_estimator_warns_with_the_call_that_registers_it(
     registry, client, data

@@ -183,6 +183,16 @@ def _dump_skops(model: Any, allow_pickle: bool) -> Serialized:
             return _pickled(model)
         reason = f"{name} was saved by skops but cannot be loaded back ({exc.__cause__ or exc})"
         raise _refused(model, reason) from exc
+    local = sorted(t for t in serialized.trusted_types if t.startswith("__main__."))
+    if local:
+        # It loads back here, where __main__ defines them; nowhere else.
+        warnings.warn(
+            f"{name} uses types defined in the running script or notebook ({', '.join(local)}):"
+            " this version loads only in a process that defines them the same way; move them "
+            "to an importable module to load it elsewhere (a worker, another script, the CLI)",
+            UserWarning,
+            stacklevel=4,
+        )
     return serialized
 
 
