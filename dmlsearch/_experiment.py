@@ -4,7 +4,7 @@ What ``SearchCV``, the multi-fidelity search and :func:`dmlsearch.optimize` shar
 resume must run the same estimator, search space, schedule and cross-validation folds,
 and gets back the exact parameters of every recorded trial (regenerated, or decoded from
 their stored form). A resume of an experiment another driver may still be running is
-refused (:func:`_check_not_running`).
+refused (:func:`check_not_running`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = [
 
 #: Seconds after a running experiment's last sign of life (a trial recorded, a driver
 #: opening it) during which a resume from another host is refused: another driver may
-#: still be running it (see :func:`_check_not_running`).
+#: still be running it (see :func:`check_not_running`).
 ACTIVE_SECONDS = 120.0
 #: Set (to anything but ``0``) in the environment, a resume skips that check.
 FORCE_RESUME = "DMLSEARCH_FORCE_RESUME"
@@ -119,7 +119,7 @@ def open_experiment(
                 check(existing.config)
             same_data = existing.data_fingerprint in (None, fingerprint)
             _check_same_config(name, existing.config, _stored_form(config), same_data, cv)
-            _check_not_running(registry, existing)
+            check_not_running(registry, existing)
         except BaseException:
             if owns:
                 registry.close()
@@ -329,7 +329,7 @@ def _folds_changed(stored: dict[str, Any], cv: Any) -> str:
     return text + ")"
 
 
-def _check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
+def check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
     """Refuse to resume an experiment that another driver may still be running.
 
     A heuristic on what the registry holds (documented in docs/cli.md): a driver records
@@ -374,7 +374,7 @@ def _running(name: str, why: str, force: str) -> InvalidParameterError:
     return InvalidParameterError(
         "resume",
         f"experiment {name!r} is running: {why}, so another driver may still be running it, "
-        f"and two would run the same trials and register two models. Wait for it to end; "
+        f"and two would do the same work and register two models. Wait for it to end; "
         f"{force}",
     )
 

@@ -74,7 +74,7 @@ def data_fingerprint(X: Any, y: Any, groups: Any = None) -> str:
 def driver_stamp() -> dict[str, Any]:
     """The driver running an experiment now, as its ``config["driver"]`` records it: this
     host and process, and when it opened the experiment (read when another resume asks
-    whether the experiment is in use: :func:`dmlsearch._experiment._check_not_running`)."""
+    whether the experiment is in use: :func:`dmlsearch._experiment.check_not_running`)."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "opened": time.time()}
 
 

@@ -307,8 +307,26 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
         experiment = registry.experiment("failing")
         assert experiment.status == "failed" and experiment.config == recorded
 
-    (tmp_path / "gate").touch()
-    resumed = _invoke(url, "resume", file, *address)
+    assert recorded["driver"]["pid"] == os.getpid()  # the driver is recorded, as a search's
+
+    # While a driver may still run it, a resume is refused (found by a probe: two drivers
+    # trained the job and registered two versions); --force overrides.
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Registry(url, create=False) as registry:
+            exp = registry.experiment("failing")
+            driver = {**recorded["driver"], "pid": alive.pid}
+            registry.store.set_experiment_config(exp.id, {**exp.config, "driver": driver})
+            registry.store.set_experiment_status(exp.id, "running")
+        refused = _invoke(url, "resume", file, *address)
+        assert refused.exit_code == 2, refused.output
+        assert f"process {alive.pid} on this host" in refused.stderr
+        assert "`dmlsearch resume FILE --force`" in refused.stderr
+        (tmp_path / "gate").touch()
+        resumed = _invoke(url, "resume", file, *address, "--force")
+    finally:
+        alive.kill()
+        alive.wait()
     assert resumed.exit_code == 0, resumed.output
     assert f"resumed from the checkpoint of epoch {AFTER}" in resumed.stdout
     assert f"epochs {AFTER + 1}..{EPOCHS} trained now" in resumed.stdout
@@ -322,10 +340,15 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
     text = page.read_text(encoding="utf-8")
     assert f"after epoch {AFTER}: resumed from checkpoint {sha[:12]} on {RANKS} worker(s)" in text
 
-    # A finished job: nothing to resume, and no error.
+    # A finished job: nothing to resume, and no error; more epochs asked for are named.
     again = _invoke(url, "resume", file, *address)
     assert again.exit_code == 0, again.output
     assert "training job 'failing' is already complete" in again.stderr
+    more = _invoke(url, "resume", file, *address, "--set", f"train.epochs={EPOCHS + 2}")
+    assert more.exit_code == 0, more.output
+    assert f"{EPOCHS + 2} epochs are asked for now, but a finished job does not train on" in (
+        more.stderr
+    )
 
 
 def test_a_job_with_no_checkpoint_resumes_from_epoch_0_and_a_deleted_one_is_collected(

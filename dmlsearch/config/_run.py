@@ -272,7 +272,7 @@ def run_training(
         if resume:
             from ..training._resume import check_resumable
 
-            check_resumable(registry, cfg.name)
+            check_resumable(registry, cfg.name, _train_of(cfg).epochs)
         exists = not resume and _taken(
             cfg, registry, overwrite, "`dmlsearch resume` continues it, "
         )

@@ -20,7 +20,7 @@ import warnings
 from typing import Any
 
 from .._jobs import JOB_KIND
-from .._recording import package_versions
+from .._recording import driver_stamp, package_versions
 from ..exceptions import InvalidParameterError
 from ..registry import AlreadyExistsError
 from ..space import describe_value
@@ -143,7 +143,8 @@ class JobRecord:
         try:
             exp = registry.store.create_experiment(
                 name,
-                config=config,
+                # Who runs it, so that a resume while it runs is refused (driver_stamp).
+                config={**config, "driver": driver_stamp()},
                 package_versions=package_versions(),
                 data_fingerprint=fingerprint,
                 cluster=cluster,

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from .._jobs import JOB_KIND
+from .._recording import driver_stamp
 from ..exceptions import InvalidParameterError, JobCompleteError
 from ._checkpoint import Checkpoint, Start
 from ._record import JobRecord, job_config
@@ -44,11 +45,12 @@ def _stored(value: Any) -> Any:
     return json.loads(json.dumps(value, default=repr))
 
 
-def check_resumable(registry: Any, name: str) -> Any:
+def check_resumable(registry: Any, name: str, epochs: Any = None) -> Any:
     """The experiment of training job ``name``, if it can be resumed; else the error.
 
-    No experiment, or a search's: InvalidParameterError. A finished job:
-    :class:`JobCompleteError`.
+    No experiment, or a search's, or one whose driver may still be running it
+    (:func:`dmlsearch._experiment.check_not_running`): InvalidParameterError. A finished
+    job: :class:`JobCompleteError` (naming ``epochs``, asked for now, where they are more).
     """
     from ..registry import NotFoundError
 
@@ -65,11 +67,21 @@ def check_resumable(registry: Any, name: str) -> Any:
             "resume", f"experiment {name!r} is a search, not a training job; resume it as one"
         )
     if exp.status == "complete":
+        trained = exp.config.get("epochs")
+        more = ""
+        if isinstance(epochs, int) and isinstance(trained, int) and epochs > trained:
+            more = (
+                f"; {epochs} epochs are asked for now, but a finished job does not train on: "
+                "train it again under another name (or run the file with --overwrite)"
+            )
         raise JobCompleteError(
             name,
-            f"training job {name!r} is already complete (its {exp.config.get('epochs')} "
-            "epochs were trained and its model registered): nothing to resume",
+            f"training job {name!r} is already complete (its {trained} epochs were trained "
+            f"and its model registered): nothing to resume{more}",
         )
+    from .._experiment import check_not_running
+
+    check_not_running(registry, exp)
     return exp
 
 
@@ -97,7 +109,7 @@ def reopen_job(
     :class:`JobCompleteError`. The record's config is this run's settings with the job's
     checkpoint and resumes; the caller records the resume with :meth:`JobRecord.restart`.
     """
-    exp = check_resumable(registry, name)
+    exp = check_resumable(registry, name, config.get("epochs"))
     if exp.data_fingerprint not in (None, fingerprint):
         raise InvalidParameterError(
             "resume",
@@ -114,7 +126,9 @@ def reopen_job(
         )
     kept = {k: exp.config[k] for k in ("checkpoint", "resumes") if k in exp.config}
     previous = (exp.status, dict(exp.config))
-    record = JobRecord(registry, exp.id, exp.name, {**config, **kept}, previous=previous)
+    record = JobRecord(
+        registry, exp.id, exp.name, {**config, **kept, "driver": driver_stamp()}, previous=previous
+    )
     last = kept.get("checkpoint")
     if not isinstance(last, dict):
         return record, None
