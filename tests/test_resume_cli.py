@@ -94,3 +94,21 @@ def test_resume_force_skips_the_still_running_check_for_this_command_only(
     with Registry(url) as registry:
         assert len(registry.trials("quickstart-digits")) == 4
         assert registry.experiment("quickstart-digits").status == "complete"
+
+
+def test_our_warnings_are_plain_lines_on_stderr(
+    tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a probe: Python's format printed dmlsearch's source file and line.
+    monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    address = ["--set", f"cluster.address={client.scheduler.address}", "--registry", url]
+    assert invoke("run", QUICKSTART, *SMALL, *address).exit_code == 0
+    with Registry(url) as registry:  # as a SIGTERMed run leaves it, with 3 trials
+        registry.store.set_experiment_status(
+            registry.experiment("quickstart-digits").id, "interrupted"
+        )
+    fewer = invoke("resume", QUICKSTART, *SMALL, "--set", "search.n_trials=2", *address)
+    assert fewer.exit_code == 0, fewer.output
+    assert "warning: experiment 'quickstart-digits' already records 3 trials" in fewer.stderr
+    assert ".py:" not in fewer.stderr and "UserWarning" not in fewer.stderr

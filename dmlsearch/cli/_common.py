@@ -7,6 +7,7 @@ import errno
 import functools
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -105,6 +106,29 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
+def _plain_warnings() -> Iterator[None]:
+    """dmlsearch's own warnings as ``warning: <message>`` lines on stderr, as the errors
+    are; Python's format names our source file and line, which mean nothing to a user of
+    the command. Other packages' warnings keep Python's format (their file says whose)."""
+    import warnings
+
+    shown = warnings.showwarning
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def show(message: Any, category: Any, filename: str, *args: Any, **kwargs: Any) -> None:
+        if os.path.abspath(filename).startswith(ours + os.sep):
+            typer.echo(f"warning: {message}", err=True)
+        else:
+            shown(message, category, filename, *args, **kwargs)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+@contextmanager
 def _errors() -> Iterator[None]:
     """Our errors become one message on stderr and an exit code, never a traceback."""
     from ..config import ConfigError
@@ -112,7 +136,7 @@ def _errors() -> Iterator[None]:
     from ..registry import NotFoundError, RegistryOpenError
 
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), _plain_warnings():
             yield
     except ConfigError as exc:
         raise _fail(f"error: {exc}", 2) from None
