@@ -773,6 +773,10 @@ def test_an_ensemble_section_s_default_n_init_fits_a_small_size() -> None:
     with pytest.raises(ValueError, match=r"n_init \(4\) must be <= size \(3\)"):
         EnsembleSection(kind="selection", size=3, n_init=4)
 
+    # Found by a probe: refused only after the whole search had run, naming `name`.
+    with pytest.raises(ValueError, match=r"model_name\n.*must not contain '@'"):
+        EnsembleSection(kind="selection", model_name="a@b")
+
 
 def test_build_search_maps_workers_per_trial_for_a_model_that_takes_gangs() -> None:
     pytest.importorskip("xgboost")

@@ -185,6 +185,8 @@ def test_the_other_spellings_of_model_loss_and_optimizer() -> None:
         ({"shuffle": "yes"}, "train.shuffle", "expected true or false"),
         ({"timeout": "soon"}, "train.timeout", "expected seconds"),
         ({"model_name": " "}, "train.model_name", "non-empty"),
+        ({"model_name": "a@b"}, "train.model_name", "must not contain '@'"),
+        ({"model_name": "a\nb"}, "train.model_name", "control characters"),
         ({"n_workrs": 2}, "train.n_workrs", "did you mean 'n_workers'"),
         ({"device": "gpu"}, "train.device", "expected 'auto', 'cpu' or 'cuda'"),
         ({"backend": "mpi"}, "train.backend", "expected 'auto', 'gloo' or 'nccl'"),

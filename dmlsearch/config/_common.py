@@ -99,6 +99,22 @@ class _Problems:
         )
 
 
+def check_model_name(problems: _Problems, loc: Loc, value: str | None, suffix: str = "") -> None:
+    """Add a problem at ``loc`` where ``value`` (and ``value + suffix``, a name derived from
+    it) cannot be a registry model's name: what a run would refuse only after its work."""
+    from ..exceptions import InvalidParameterError
+    from ..registry._checks import check_model_name as registry_check
+
+    if value is None:
+        return
+    for name in (value, value + suffix) if suffix else (value,):
+        try:
+            registry_check(str(loc[-1]), name)
+        except InvalidParameterError as exc:
+            problems.add(loc, str(exc).split(": ", 1)[-1], value)
+            return
+
+
 def _err(message: str) -> PydanticCustomError:
     """A validation error with our message as is (braces included)."""
     return PydanticCustomError("dmlsearch", "{message}", {"message": message})

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from ._common import _Problems
+from ._common import _Problems, check_model_name
 from ._data_model import PosInt, _Section
 
 
@@ -30,6 +30,8 @@ class EnsembleSection(_Section):
             problems.add(("n_init",), f"n_init ({self.n_init}) must be <= size ({self.size})")
         if self.model_name is not None and not self.model_name.strip():
             problems.add(("model_name",), "expected a non-empty model name")
+        else:  # its members are registered as "<model_name>-members"
+            check_model_name(problems, ("model_name",), self.model_name, "-members")
         problems.raise_if_any("EnsembleSection")
         return self
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import StrictBool, ValidationInfo, field_validator, model_validator
 
-from ._common import Loc, _err, _Problems, _short, _suggest
+from ._common import Loc, _err, _Problems, _short, _suggest, check_model_name
 from ._data_model import NonNegInt, PosInt, Seconds, _check_kwargs, _Section
 from ._imports import _base_dir, _import, _ImportFailed
 
@@ -317,6 +317,8 @@ class TrainSection(_Section):
             problems.add(("average_every",), "only used with sync: average")
         if self.model_name is not None and not self.model_name.strip():
             problems.add(("model_name",), "expected a non-empty model name")
+        else:
+            check_model_name(problems, ("model_name",), self.model_name)
         problems.raise_if_any("TrainSection")
         return self
 
