@@ -636,6 +636,18 @@ def test_csv_target_column_checked(tmp_path: Path) -> None:
     assert "did you mean 'label'" in errors["data.target"].message
     errors = problems(with_value("data", {"path": "d.csv", "target": "y"}), base_dir=tmp_path)
     assert "columns: a, b, label" in errors["data.target"].message
+    # Found by a probe: validated, then every trial failed ("at least one array...").
+    (tmp_path / "only.csv").write_text("label\n0\n1\n")
+    only = with_value("data", {"path": "only.csv", "target": "label"})
+    assert "no feature column" in problems(only, base_dir=tmp_path)["data.target"].message
+    import pandas as pd  # Parquet through pyarrow, which the test extras' dask[dataframe] needs
+
+    pd.DataFrame({"label": [0, 1]}).to_parquet(tmp_path / "only.parquet")
+    cfg = parse_config(
+        with_value("data", {"path": "only.parquet", "target": "label"}), base_dir=tmp_path
+    )
+    with pytest.raises(ConfigError, match="no feature column"):
+        load_data(cfg)  # a Parquet file's columns are read when the data is
 
 
 def test_csv_features_select_columns(tmp_path: Path) -> None:

@@ -227,6 +227,13 @@ class DataSection(_Section):
                     f"{_suggest(self.target, columns)} (columns: {_known(columns)})",
                     self.target,
                 )
+            elif columns is not None and self.features is None and list(columns) == [self.target]:
+                problems.add(
+                    ("target",),
+                    f"{resolved.name}'s only column is the target {self.target!r}: there is no "
+                    "feature column to learn from",
+                    self.target,
+                )
             for i, name in enumerate(self.features or []):
                 if columns is not None and name not in columns:
                     problems.add(

@@ -170,7 +170,18 @@ def _read_table(data: DataSection) -> tuple[Any, Any]:
         if missing:
             raise ConfigError([Problem("data.features", f"no column(s) {missing} in {data.path}")])
         return frame[list(data.features)], frame[data.target]
-    return frame.drop(columns=[data.target]), frame[data.target]
+    X = frame.drop(columns=[data.target])
+    if X.shape[1] == 0:
+        raise ConfigError(
+            [
+                Problem(
+                    "data.target",
+                    f"the only column of {data.path} is the target {data.target!r}: there is "
+                    "no feature column to learn from",
+                )
+            ]
+        )
+    return X, frame[data.target]
 
 
 def make_registry(cfg: ExperimentConfig, url: str | None = None) -> Registry:
