@@ -508,6 +508,11 @@ def test_init_creates_folders_and_refuses_a_folder(in_tmp: Path) -> None:
     assert ok_json("validate", "sub/dir/exp.yaml")["valid"]
     for args in (["init", "sub"], ["init", "sub", "--force"]):
         assert_clean_failure(invoke(*args), 2, "sub is a folder", "sub/experiment.yaml")
+    # The next commands it prints can be pasted into a shell as they are.
+    spaced = invoke("init", "my dir/exp.yaml")
+    assert "next: dmlsearch validate 'my dir/exp.yaml' && dmlsearch run 'my dir/exp.yaml'" in (
+        spaced.stdout
+    )
 
 
 @pytest.mark.parametrize(

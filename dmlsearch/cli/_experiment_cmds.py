@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -53,7 +54,9 @@ def init(
         raise _fail(f"error: {path} exists; pass --force to overwrite it", 2)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(STARTER, encoding="utf-8")
-    typer.echo(f"wrote {path}; next: dmlsearch validate {path} && dmlsearch run {path}")
+    typer.echo(
+        f"wrote {path}; next: dmlsearch validate {quote(str(path))} && dmlsearch run {quote(str(path))}"
+    )
 
 
 @app.command()

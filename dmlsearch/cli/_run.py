@@ -4,6 +4,7 @@ training job to :mod:`._train`) and print its summary, ensembles included."""
 from __future__ import annotations
 
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import typer
@@ -93,12 +94,12 @@ def _run(
         console.print(
             f"model {version.model} v{version.version} (registered earlier from trial "
             f"{result['best_trial']}; not registered again); "
-            f"`dmlsearch show {result['experiment']}` for the leaderboard"
+            f"`dmlsearch show {quote(str(result['experiment']))}` for the leaderboard"
         )
     elif result["model"] is not None:
         console.print(
             f"registered model {result['model']['name']} v{result['model']['version']}; "
-            f"`dmlsearch show {result['experiment']}` for the leaderboard"
+            f"`dmlsearch show {quote(str(result['experiment']))}` for the leaderboard"
         )
     for ens in ensembles:
         console.print(_ensemble_line(ens))
@@ -151,7 +152,7 @@ def _report_complete(cfg: Any, registry: str | None, json_: bool) -> bool:
         lines.append(
             f"model {version.model} v{version.version}"
             + ("" if trial is None else f" (trial {trial})")
-            + f"; `dmlsearch show {done.experiment.name}` for the leaderboard"
+            + f"; `dmlsearch show {quote(done.experiment.name)}` for the leaderboard"
         )
     for ens in ensembles:
         lines.append(_ensemble_line(ens))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from shlex import quote
 from typing import Any
 
 import typer
@@ -55,7 +56,7 @@ def run_training_job(
         )
     except JobCompleteError as exc:
         # As a resumed search with every trial recorded: nothing left to do is no error.
-        typer.echo(f"{exc}; `dmlsearch show {exc.experiment}` for its model", err=True)
+        typer.echo(f"{exc}; `dmlsearch show {quote(exc.experiment)}` for its model", err=True)
         if json_:
             _echo_json({"experiment": exc.experiment, "kind": JOB_KIND, "complete": True})
         return
@@ -96,7 +97,7 @@ def run_training_job(
     if version is not None:
         console.print(
             f"registered model {version.model} v{version.version}; "
-            f"`dmlsearch show {cfg.name}` for the job"
+            f"`dmlsearch show {quote(cfg.name)}` for the job"
         )
 
 
