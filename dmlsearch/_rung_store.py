@@ -224,9 +224,19 @@ def check_state_store(value: Any) -> None:
             "state_store",
             f"must be 'auto', False or a path/fsspec URL every worker can read, got {value!r}",
         )
-    from .registry.artifacts import check_location
+    import fsspec
+
+    from .registry.artifacts import check_location, location_protocols
 
     check_location(value, "state_store", "a state store")
+    # Checked here, not left to the workers: they would only warn, at each copy.
+    unknown = [p for p in location_protocols(value) if p not in fsspec.available_protocols()]
+    if unknown:
+        raise InvalidParameterError(
+            "state_store",
+            f"unknown fsspec protocol {unknown[0]!r} in {value!r}: give a folder or an fsspec "
+            "URL every worker can read and write (file://, s3://, gs://, az://, ...)",
+        )
 
 
 def state_store_for(

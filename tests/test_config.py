@@ -523,6 +523,17 @@ def test_every_problem_is_listed_with_path_line_and_hint() -> None:
             "scheduler.state_store",
             "expected auto, false, or a folder",
         ),
+        (
+            "scheduler",
+            {
+                "kind": "asha",
+                "resource": "clf__max_iter",
+                "max_resource": 9,
+                "state_store": "nosuch://x",
+            },
+            "scheduler.state_store",
+            "unknown fsspec protocol 'nosuch'",
+        ),
     ],
 )
 def test_field_errors(path: str, value: Any, error_path: str | None, text: str | None) -> None:

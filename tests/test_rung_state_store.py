@@ -206,6 +206,9 @@ def test_state_store_is_checked_before_any_work():
     X, y = make_classification(n_samples=60, n_features=4, random_state=0)
     with pytest.raises(InvalidParameterError, match="state_store"):
         _search("tcp://127.0.0.1:1", state_store=3).fit(X, y)
+    # Found by a probe: accepted, then each worker warned at each copy, naming `artifacts`.
+    with pytest.raises(InvalidParameterError, match="state_store: unknown fsspec protocol"):
+        _search("tcp://127.0.0.1:1", state_store="nosuch://x").fit(X, y)
     with pytest.raises(InvalidParameterError, match="only apply to a multi-fidelity"):
         SearchCV(
             SGDClassifier(), {"alpha": [1e-4]}, state_store=False, client="tcp://127.0.0.1:1"

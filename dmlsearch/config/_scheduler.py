@@ -42,8 +42,9 @@ class SchedulerSection(_Section):
 
         try:
             check_state_store(value)
-        except InvalidParameterError:
-            pass
+        except InvalidParameterError as exc:
+            if isinstance(value, str) and value.strip():  # a location: say what is wrong
+                raise _err(str(exc).removeprefix("state_store: ")) from None
         else:
             if value is not None:
                 return value.strip() if isinstance(value, str) else value
