@@ -464,6 +464,21 @@ def test_memory_store_is_refused_for_a_registry_other_processes_open(url, tmp_pa
         assert reg.artifacts.protocol == "file"
 
 
+def test_a_refused_open_leaves_no_new_database_file_behind(tmp_path):
+    # Found by a probe: `dmlsearch run` refused the artifact store and left the new SQLite
+    # file, its tables and a registry id, behind.
+    db = tmp_path / "new.db"
+    with pytest.raises(ArtifactLocationError, match="exists in this process only"):
+        Registry(f"sqlite:///{db}", "memory://x")
+    assert not db.exists() and list(tmp_path.iterdir()) == []
+    with Registry(f"sqlite:///{db}", str(tmp_path / "store")):
+        pass
+    with pytest.raises(ArtifactLocationError):  # an existing registry is never removed
+        Registry(f"sqlite:///{db}", "memory://x")
+    with Registry(f"sqlite:///{db}", create=False) as reg:
+        assert reg.recorded_artifacts == str(tmp_path / "store")
+
+
 def test_memory_store_works_with_an_in_memory_registry():
     with Registry("sqlite://", "memory://dmlsearch-test-store") as reg:
         reg.register_model("m", WEIGHTS, allow_pickle=True)

@@ -107,6 +107,19 @@ def _check_storage_options(value: object) -> dict[str, Any] | None:
     return dict(value)
 
 
+def _new_sqlite_file(url: str) -> Path | None:
+    """The SQLite database file ``url`` names, if it does not exist yet (this open would
+    create it); else None."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.make_url(url)
+    except Exception:  # SQLStore reports a malformed URL
+        return None
+    path = sqlite_path(parsed)
+    return None if path is None or path.exists() else path
+
+
 class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
     """Experiments, trials and versioned models.
 
@@ -148,8 +161,10 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
         )
         check_bool("create", create)
         self._storage_options = _check_storage_options(storage_options) or {}
+        new_file: Path | None = None
         if store is None:
             self.url = url or default_registry_url()
+            new_file = _new_sqlite_file(self.url) if create else None
             store = SQLStore(self.url, create=create)
         elif url is None and isinstance(store, SQLStore):
             self.url = store.url.render_as_string(hide_password=False)
@@ -175,6 +190,9 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                 raise self._recorded_error(exc) from None
         except BaseException:
             store.close()
+            if new_file is not None:  # refused (its artifact store, say): leave no file behind
+                for path in (new_file, *(Path(f"{new_file}{s}") for s in ("-wal", "-shm"))):
+                    path.unlink(missing_ok=True)
             raise
         self.artifacts.hint = hint
 
