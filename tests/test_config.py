@@ -729,7 +729,8 @@ def test_overrides() -> None:
     for bad, text in [
         ("search.n_trials", "key.path=value"),
         ("=3", "key.path=value"),
-        ("name.first=x", "not a mapping"),
+        ("name.first=x", "is a str, not a mapping"),
+        ("search.n_trials.x=1", "is an int, not a mapping"),
         ("search.n_trials=[1", "not a YAML value"),
     ]:
         with pytest.raises(ConfigError, match=r"--set"):

@@ -275,7 +275,7 @@ def _apply_override(data: dict[str, Any], expr: str) -> Loc:
         if not isinstance(node, dict):
             where = ".".join(str(p) for p in parts) or "the file"
             raise ConfigError(
-                [Problem(key, f"--set: {where} is a {type(node).__name__}, not a mapping")]
+                [Problem(key, f"--set: {where} is {_a(type(node).__name__)}, not a mapping")]
             )
         parts.append(name)
         if last:
@@ -295,3 +295,8 @@ def _unshare(data: Any) -> Any:
     if isinstance(data, list):
         return [_unshare(v) for v in data]
     return data
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an int", "a list"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
