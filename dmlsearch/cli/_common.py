@@ -105,6 +105,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _without_traceback(text: str) -> str:
+    """``text`` with a traceback in it cut to its last line, the error (a failed trial's
+    full traceback stays in the registry, and in ``cv_results_``)."""
+    head, found, trace = text.partition("Traceback (most recent call last):")
+    if not found:
+        return text
+    lines = [line.strip() for line in trace.splitlines() if line.strip()]
+    return f"{head.rstrip()} {lines[-1] if lines else ''}".rstrip()
+
+
 @contextmanager
 def _plain_warnings() -> Iterator[None]:
     """dmlsearch's own warnings as ``warning: <message>`` lines on stderr, as the errors
@@ -117,7 +127,7 @@ def _plain_warnings() -> Iterator[None]:
 
     def show(message: Any, category: Any, filename: str, *args: Any, **kwargs: Any) -> None:
         if os.path.abspath(filename).startswith(ours + os.sep):
-            typer.echo(f"warning: {message}", err=True)
+            typer.echo(f"warning: {_without_traceback(str(message))}", err=True)
         else:
             shown(message, category, filename, *args, **kwargs)
 

@@ -178,12 +178,15 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
                 registry_id = store.setdefault_meta("registry_id", uuid.uuid4().hex)
             #: The registry's id: the folder of its blobs in the artifact store.
             self.registry_id = registry_id
+            self._differs: str | None = None
             location, hint = self._artifacts_location(artifacts, create)
             try:
                 self.artifacts = ArtifactStore(
                     location, namespace=registry_id, **self._storage_options
                 )
                 self._check_shared(location)
+                if self._differs is not None:
+                    warnings.warn(self._differs, UserWarning, stacklevel=2)
             except RegistryError as exc:
                 if location != self.recorded_artifacts:
                     raise
@@ -261,14 +264,13 @@ class Registry(_RegistryRuns, _RegistryModels, _RegistryUpkeep):
         if explicit is not None and _normalize(explicit) != recorded:
             chosen = _normalize(explicit)
             self._check_shared(chosen)
-            warnings.warn(
+            # Warned once the store opens (__init__): a location refused needs no warning.
+            self._differs = (
                 f"artifacts={explicit!r} differs from the artifact store that the registry at "
                 f"{self._where} records ({recorded}); using {chosen} for this session only: "
                 "the recorded location never changes, and a session opened without "
                 f"artifacts= looks in {recorded}, so pass artifacts={chosen!r} on every open "
-                "that should use this store",
-                UserWarning,
-                stacklevel=3,
+                "that should use this store"
             )
             return chosen, (
                 f"this session uses the artifact store {chosen} (artifacts=), but the "
