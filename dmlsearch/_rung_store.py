@@ -224,17 +224,15 @@ def check_state_store(value: Any) -> None:
             "state_store",
             f"must be 'auto', False or a path/fsspec URL every worker can read, got {value!r}",
         )
-    import fsspec
-
-    from .registry.artifacts import check_location, location_protocols
+    from .registry.artifacts import check_location, unknown_protocol
 
     check_location(value, "state_store", "a state store")
     # Checked here, not left to the workers: they would only warn, at each copy.
-    unknown = [p for p in location_protocols(value) if p not in fsspec.available_protocols()]
-    if unknown:
+    unknown = unknown_protocol(value)
+    if unknown is not None:
         raise InvalidParameterError(
             "state_store",
-            f"unknown fsspec protocol {unknown[0]!r} in {value!r}: give a folder or an fsspec "
+            f"unknown fsspec protocol {unknown!r} in {value!r}: give a folder or an fsspec "
             "URL every worker can read and write (file://, s3://, gs://, az://, ...)",
         )
 

@@ -25,15 +25,23 @@ def invoke(*args: str | Path) -> Any:
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
-def test_resume_of_a_complete_search_reports_it_and_starts_nothing(
-    tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def ran(tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
+    """The quickstart run with 3 trials on the test cluster, in a registry of its own:
+    that registry's URL, and the options that point a command at both."""
     monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
     url = f"sqlite:///{tmp_path / 'reg.db'}"
     address = ["--set", f"cluster.address={client.scheduler.address}", "--registry", url]
+    result = invoke("run", QUICKSTART, *SMALL, *address)
+    assert result.exit_code == 0, result.output
+    return url, address
+
+
+def test_resume_of_a_complete_search_reports_it_and_starts_nothing(
+    ran: tuple[str, list[str]],
+) -> None:
+    url, address = ran
     nowhere = [*NO_CLUSTER, "--registry", url]
-    ran = invoke("run", QUICKSTART, *SMALL, *address)
-    assert ran.exit_code == 0, ran.output
 
     again = invoke("resume", QUICKSTART, *SMALL, *nowhere)
     assert again.exit_code == 0, again.output
@@ -66,17 +74,14 @@ def test_resume_of_a_complete_search_reports_it_and_starts_nothing(
 
 
 def test_resume_force_skips_the_still_running_check_for_this_command_only(
-    tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch
+    ran: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
 
     from dmlsearch._experiment import FORCE_RESUME
 
-    monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
     monkeypatch.delenv(FORCE_RESUME, raising=False)
-    url = f"sqlite:///{tmp_path / 'reg.db'}"
-    address = ["--set", f"cluster.address={client.scheduler.address}", "--registry", url]
-    assert invoke("run", QUICKSTART, *SMALL, *address).exit_code == 0
+    url, address = ran
     with Registry(url) as registry:  # as a driver on another host leaves it, active just now
         exp = registry.experiment("quickstart-digits")
         driver = {"host": "elsewhere", "pid": 1, "opened": time.time()}
@@ -96,14 +101,9 @@ def test_resume_force_skips_the_still_running_check_for_this_command_only(
         assert registry.experiment("quickstart-digits").status == "complete"
 
 
-def test_our_warnings_are_plain_lines_on_stderr(
-    tmp_path: Path, client, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_our_warnings_are_plain_lines_on_stderr(ran: tuple[str, list[str]]) -> None:
     # Found by a probe: Python's format printed dmlsearch's source file and line.
-    monkeypatch.delenv("DMLSEARCH_ARTIFACTS", raising=False)
-    url = f"sqlite:///{tmp_path / 'reg.db'}"
-    address = ["--set", f"cluster.address={client.scheduler.address}", "--registry", url]
-    assert invoke("run", QUICKSTART, *SMALL, *address).exit_code == 0
+    url, address = ran
     with Registry(url) as registry:  # as a SIGTERMed run leaves it, with 3 trials
         registry.store.set_experiment_status(
             registry.experiment("quickstart-digits").id, "interrupted"

@@ -183,22 +183,19 @@ class RegistrySection(_Section):
                 f"s3://bucket/models), got {value!r}; leave it out for the default"
             )
         if value is not None:
-            import fsspec
-
-            from ..registry.artifacts import ArtifactLocationError, check_location
-            from ..registry.artifacts import location_protocols as protocols
+            from ..registry.artifacts import ArtifactLocationError, check_location, unknown_protocol
 
             try:  # s3:models (no //), '::' in a path, a read-only protocol
                 check_location(value)
             except ArtifactLocationError as exc:
                 raise _err(str(exc).removeprefix("artifacts: ")) from None
             # A typo in the protocol would otherwise only fail once the registry opens.
-            for protocol in protocols(value):
-                if protocol not in fsspec.available_protocols():
-                    raise _err(
-                        f"unknown protocol {protocol!r} in {value!r}: expected a folder or an "
-                        "fsspec URL (file://, s3://, gs://, az://, ...)"
-                    )
+            protocol = unknown_protocol(value)
+            if protocol is not None:
+                raise _err(
+                    f"unknown protocol {protocol!r} in {value!r}: expected a folder or an "
+                    "fsspec URL (file://, s3://, gs://, az://, ...)"
+                )
         return value
 
     @field_validator("storage_options", mode="before")

@@ -40,6 +40,7 @@ __all__ = [
     "default_artifacts_url",
     "local_path",
     "location_protocols",
+    "unknown_protocol",
 ]
 
 _HEX = frozenset("0123456789abcdef")
@@ -122,6 +123,15 @@ def location_protocols(location: str) -> list[str]:
         elif scheme is not None and _NAME.fullmatch(scheme):
             protocols.append(scheme)
     return protocols
+
+
+def unknown_protocol(location: str) -> str | None:
+    """The first fsspec protocol ``location`` names that fsspec does not know (a typo), or
+    None. :func:`check_location` leaves these to the filesystem lookup; a check that must
+    not wait for it (a file being validated, a state store the workers open) asks here."""
+    return next(
+        (p for p in location_protocols(location) if p not in fsspec.available_protocols()), None
+    )
 
 
 def check_location(

@@ -306,11 +306,15 @@ class _TorchEstimator:
         self._warn_if_diverged()
         return fitted
 
+    def _divergence(self) -> str | None:
+        """What :func:`._checks.diverged` says of this net's ``train_loss`` history."""
+        history = getattr(self, "history", None) or []
+        return diverged((e.get("epoch"), e.get("train_loss")) for e in history)
+
     def _warn_if_diverged(self) -> None:
         """Warn when the last epoch's ``train_loss`` is NaN or infinite (as
         ``DataParallelTrainer`` does): skorch trains on, silently, into NaN weights."""
-        history = getattr(self, "history", None) or []
-        divergence = diverged((e.get("epoch"), e.get("train_loss")) for e in history)
+        divergence = self._divergence()
         if divergence is not None:
             warnings.warn(divergence, RuntimeWarning, stacklevel=3)
 
@@ -320,8 +324,7 @@ class _TorchEstimator:
         if values.dtype.kind not in "fc" or bool(np.isfinite(values).all()):
             return out
         rows = (~np.isfinite(values.reshape(len(values), -1))).any(axis=1)
-        history = getattr(self, "history", None) or []
-        cause = diverged((e.get("epoch"), e.get("train_loss")) for e in history)
+        cause = self._divergence()
         raise NonFiniteOutputError(
             f"the model's outputs are NaN or infinite for {int(rows.sum())} of {len(values)} "
             "rows: "
