@@ -932,6 +932,28 @@ def test_a_run_where_no_trial_completed_is_an_error(in_tmp: Path, client: Client
     assert json.loads(result.stdout)["failed"] == 2
 
 
+def test_run_json_prints_its_summary_when_every_fold_of_every_trial_failed(
+    in_tmp: Path, client: Client
+) -> None:
+    # The search raises (AllTrialsFailedError): there was no fitted search to summarise,
+    # and --json printed nothing on stdout; scripts now get the recorded trials.
+    (in_tmp / "exp.yaml").write_text(
+        "version: 1\nname: all-fail\ndata: {dataset: 'sklearn:load_iris'}\n"
+        "model: {class: sklearn.linear_model.LogisticRegression,"
+        " params: {solver: newton-cg, penalty: l1}}\n"
+        "search:\n  space: {C: [1.0, 2.0]}\n  strategy: grid\n  cv: 2\n"
+    )
+    address = client.scheduler.address
+    result = invoke(
+        "run", "exp.yaml", "--no-progress", "--set", f"cluster.address={address}", "--json"
+    )
+    assert result.exit_code == 1 and "all 2 trials failed" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["experiment"] == "all-fail" and summary["experiment_id"] is not None
+    assert (summary["n_trials"], summary["failed"], summary["model"]) == (2, 2, None)
+    assert summary["best_score"] is None and "supports only 'l2'" in summary["error"]
+
+
 # -- passwords ------------------------------------------------------------------------------------
 
 

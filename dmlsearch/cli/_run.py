@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from .._errors import error_headline
+from ..exceptions import AllTrialsFailedError, DmlsearchError
 from ._common import _console, _deleted, _echo_json, _fail, _probe_registry, _registry_url
 
 
@@ -57,15 +58,22 @@ def _run(
         ensembles.append(_ensemble_row(record, selection.oof_score_))
 
     start, began = time.perf_counter(), time.time()
-    search = run_experiment(
-        cfg,
-        resume=resume,
-        progress=progress,
-        registry_url=registry,
-        overwrite=overwrite,
-        on_overwrite=replaced,
-        on_ensemble=selected,
-    )
+    try:
+        search = run_experiment(
+            cfg,
+            resume=resume,
+            progress=progress,
+            registry_url=registry,
+            overwrite=overwrite,
+            on_overwrite=replaced,
+            on_ensemble=selected,
+        )
+    except AllTrialsFailedError as exc:
+        if json_:
+            # Scripts get the summary on stdout whatever the outcome; the error line (and
+            # exit code 1) follow on stderr as without --json.
+            _echo_json(_failed_result(cfg, registry, exc, time.perf_counter() - start))
+        raise
     result = _result(search, time.perf_counter() - start)
     result["ensembles"] = ensembles
     failure = _no_trial_completed(search, result)
@@ -119,14 +127,13 @@ def _report_complete(cfg: Any, registry: str | None, json_: bool) -> bool:
     if done is None:
         return False
     best, version = done.best, done.version
-    metric = search.scoring if isinstance(search.scoring, str) else search.refit
     result = {
         "experiment": done.experiment.name,
         "experiment_id": done.experiment.id,
         "kind": "search",
         "complete": True,
         "n_trials": done.recorded,
-        "metric": metric if isinstance(metric, str) else "score",
+        "metric": _metric(search.scoring, search.refit),
         "best_score": None if best is None else best.value,
         "best_trial": None if best is None else best.number,
         "best_params": None if best is None else best.params,
@@ -191,6 +198,52 @@ def _no_trial_completed(search: Any, result: dict[str, Any]) -> str | None:
     )
 
 
+def _failed_result(
+    cfg: Any, registry: str | None, exc: AllTrialsFailedError, elapsed: float
+) -> dict[str, Any]:
+    """``run --json``'s summary of a search that raised because no trial completed: the
+    trials as the registry recorded them, no best, no model, and ``error``."""
+    from ..config import make_registry
+
+    name, exp_id, last = cfg.name, None, []
+    try:
+        with make_registry(cfg, registry) as reg:
+            exp = reg.experiment(cfg.name)
+            frame = reg.trials(exp.id)
+        name, exp_id = exp.name, exp.id
+        # A multi-fidelity search records a trial once per rung: its last step says its state.
+        last = list(frame.groupby("number")["state"].last()) if len(frame) else []
+    except DmlsearchError:
+        pass  # no experiment recorded (the search failed before its first trial)
+    return {
+        "experiment": name,
+        "experiment_id": exp_id,
+        "n_trials": len(last),
+        "failed": sum(1 for state in last if state in ("failed", "timeout")),
+        "stopped": sum(1 for state in last if state == "stopped"),
+        "elapsed": elapsed,
+        "metric": _metric(cfg.search.scoring, cfg.search.refit),
+        "best_score": None,
+        "best_trial": None,
+        "best_params": None,
+        "model": None,
+        "ensembles": [],
+        "error": _one_line(str(exc)),
+    }
+
+
+def _metric(scoring: Any, refit: Any) -> str:
+    metric = scoring if isinstance(scoring, str) else refit
+    return metric if isinstance(metric, str) else "score"
+
+
+def _one_line(message: str) -> str:
+    """A message whose first line introduces a traceback, as one line: that line, then the
+    traceback's exception."""
+    head, _, rest = message.partition("\n")
+    return f"{head} {error_headline(rest)}".strip() if rest else head
+
+
 def _ensemble_row(record: Any, oof_score: float | None = None) -> dict[str, Any]:
     """An ensemble version as ``run --json`` and ``show --json`` give it."""
     score = record.metrics.get("oof_score") if oof_score is None else oof_score
@@ -230,7 +283,6 @@ def _result(search: Any, elapsed: float) -> dict[str, Any]:
     trials = search.trials_
     best = getattr(search, "best_index_", None)
     version = getattr(search, "model_version_", None)
-    metric = search.scoring if isinstance(search.scoring, str) else search.refit
     # A multi-fidelity search records a trial once per rung: count each trial once, by its
     # last step.
     last = {t.number: t for t in trials}
@@ -242,7 +294,7 @@ def _result(search: Any, elapsed: float) -> dict[str, Any]:
         # Still running when the time budget ran out: expected, not failures.
         "stopped": sum(1 for t in last.values() if t.state == "stopped"),
         "elapsed": elapsed,
-        "metric": metric if isinstance(metric, str) else "score",
+        "metric": _metric(search.scoring, search.refit),
         "best_score": getattr(search, "best_score_", None),
         "best_trial": trials[best].number if best is not None else None,
         "best_params": getattr(search, "best_params_", None),
