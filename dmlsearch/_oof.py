@@ -22,8 +22,7 @@ import json
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -59,6 +58,9 @@ class OofSink:
     classes: np.ndarray | None = None
     url: str | None = None
     folder: str | None = None
+    #: The artifact store's fsspec options (the registry's): they travel to the workers
+    #: with the sink, and are never shown.
+    storage_options: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -175,11 +177,10 @@ def drop_memory(run_id: str) -> int:
         return len(_MEMORY.pop(run_id, {}))
 
 
-@lru_cache(maxsize=8)
-def _store(url: str, folder: str) -> Any:
-    from .registry.artifacts import ArtifactStore
+def _store(url: str, folder: str, options: dict[str, Any] | None = None) -> Any:
+    from .registry._store_cache import cached_store
 
-    return ArtifactStore(url, namespace=folder)
+    return cached_store(url, folder, options)
 
 
 def _put_file(sink: OofSink, number: int, method: str, values: np.ndarray) -> OofRef:
@@ -188,7 +189,7 @@ def _put_file(sink: OofSink, number: int, method: str, values: np.ndarray) -> Oo
     np.save(buffer, values, allow_pickle=False)
     data = buffer.getvalue()
     digest = hashlib.sha256(data).hexdigest()
-    store = _store(sink.url, sink.folder)
+    store = _store(sink.url, sink.folder, sink.storage_options)
     path = f"{store.base}/{number}.{method}.{digest}.npy"
     if not store.fs.exists(path):
         store._write(path, data)  # written aside, then moved: never a partial file
@@ -242,7 +243,9 @@ def experiment_folder(registry: Any, experiment: Any) -> str:
 def delete_folder(registry: Any, experiment: Any) -> list[str]:
     """Delete an experiment's out-of-fold files from the registry's artifact store; the
     paths deleted (none if it kept none)."""
-    store = _store(registry.artifacts.url, experiment_folder(registry, experiment))
+    store = _store(
+        registry.artifacts.url, experiment_folder(registry, experiment), options_of(registry)
+    )
     if not store.fs.exists(store.base):
         return []
     paths = [str(p) for p in store.fs.ls(store.base, detail=False)]
@@ -261,6 +264,7 @@ def artifact_sink(sink: OofSink, registry: Any, experiment_id: int | None) -> Oo
         sink.classes,
         url=registry.artifacts.url,
         folder=experiment_folder(registry, experiment),
+        storage_options=options_of(registry),
     )
     write_meta(moved)
     return moved
@@ -269,7 +273,7 @@ def artifact_sink(sink: OofSink, registry: Any, experiment_id: int | None) -> Oo
 def write_meta(sink: OofSink) -> None:
     """Record what every file of the experiment's folder needs to be read on its own."""
     assert sink.url is not None and sink.folder is not None
-    store = _store(sink.url, sink.folder)
+    store = _store(sink.url, sink.folder, sink.storage_options)
     meta = {
         "n_samples": sink.n_samples,
         "classes": None if sink.classes is None else np.asarray(sink.classes).tolist(),
@@ -279,8 +283,15 @@ def write_meta(sink: OofSink) -> None:
         json.dump(meta, fh)
 
 
-def read_meta(url: str, folder: str) -> dict[str, Any] | None:
-    store = _store(url, folder)
+def options_of(registry: Any) -> dict[str, Any] | None:
+    """The fsspec options of ``registry``'s artifact store (None without any)."""
+    return dict(getattr(registry.artifacts, "storage_options", None) or {}) or None
+
+
+def read_meta(
+    url: str, folder: str, options: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    store = _store(url, folder, options)
     try:
         with store.fs.open(f"{store.base}/meta.json", "r") as fh:
             meta: dict[str, Any] = json.load(fh)
@@ -289,9 +300,9 @@ def read_meta(url: str, folder: str) -> dict[str, Any] | None:
     return meta
 
 
-def list_files(url: str, folder: str) -> dict[int, OofRef]:
+def list_files(url: str, folder: str, options: dict[str, Any] | None = None) -> dict[int, OofRef]:
     """The predictions stored in an experiment's folder, by trial number."""
-    store = _store(url, folder)
+    store = _store(url, folder, options)
     if not store.fs.exists(store.base):
         return {}
     out: dict[int, OofRef] = {}
@@ -304,10 +315,10 @@ def list_files(url: str, folder: str) -> dict[int, OofRef]:
     return out
 
 
-def _read_file(ref: OofRef) -> np.ndarray:
+def _read_file(ref: OofRef, options: dict[str, Any] | None) -> np.ndarray:
     from .registry.artifacts import ArtifactIntegrityError
 
-    store = _store(ref.location, "")
+    store = _store(ref.location, "", options)
     try:
         with store.fs.open(ref.key, "rb") as fh:
             data = fh.read()
@@ -325,15 +336,16 @@ def _read_file(ref: OofRef) -> np.ndarray:
 
 
 def load(
-    refs: Sequence[OofRef], client: Any
+    refs: Sequence[OofRef], client: Any, options: dict[str, Any] | None = None
 ) -> tuple[dict[int, tuple[str, np.ndarray]], list[int]]:
     """The predictions ``refs`` point at, by trial number, and the numbers found nowhere
-    (kept in the memory of a worker that has left, or restarted)."""
+    (kept in the memory of a worker that has left, or restarted). ``options``: the fsspec
+    options of the artifact store that holds the files among them."""
     found: dict[int, tuple[str, np.ndarray]] = {}
     by_worker: dict[tuple[str, str], list[int]] = {}
     for ref in refs:
         if ref.backing == ARTIFACTS:
-            found[ref.number] = (ref.method, _read_file(ref))
+            found[ref.number] = (ref.method, _read_file(ref, options))
         else:
             by_worker.setdefault((ref.location, ref.key), []).append(ref.number)
     if by_worker:

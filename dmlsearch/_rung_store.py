@@ -24,7 +24,6 @@ one warning line per process; the traceback is logged at debug level.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import pickle
 import threading
@@ -53,24 +52,12 @@ logger = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 # (url, run folder) -> when this process last saw the store fail (time.monotonic()).
 _FAILED: dict[tuple[str, str], float] = {}
-# Open stores by (url, folder, options): each task brings its own copy of the context.
-_STORES: dict[tuple[str, str, str], Any] = {}
-_MAX_STORES = 8
 
 
 def _store(url: str, folder: str, options: dict[str, Any] | None = None) -> Any:
-    from .registry.artifacts import ArtifactStore
+    from .registry._store_cache import cached_store
 
-    key = (url, folder, json.dumps(options or {}, sort_keys=True, default=repr))
-    with _LOCK:
-        store = _STORES.get(key)
-    if store is None:
-        store = ArtifactStore(url, namespace=folder, **(options or {}))
-        with _LOCK:
-            if len(_STORES) >= _MAX_STORES:
-                _STORES.clear()
-            _STORES[key] = store
-    return store
+    return cached_store(url, folder, options)
 
 
 @dataclass(frozen=True)

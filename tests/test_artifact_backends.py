@@ -315,3 +315,35 @@ def test_a_read_only_fsspec_store_is_refused_at_open(tmp_path, location):
         ArtifactStore(location)
     with pytest.raises(ArtifactLocationError, match="can only be read"):
         check_location(location)  # names only: nothing imported or contacted
+
+
+def test_storage_options_reach_the_out_of_fold_predictions(
+    moto_endpoint, no_s3_environment, client
+):
+    """The workers wrote a search's out-of-fold predictions to the registry's store, and
+    ensemble selection read them back, without the registry's storage options: an S3
+    store that only the options point at failed (the probe's left-alone item)."""
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+
+    from dmlsearch import SearchCV
+    from dmlsearch.ensemble import EnsembleSelection
+
+    options = {"endpoint_url": moto_endpoint, "key": "k", "secret": SECRET}
+    X, y = make_classification(n_samples=120, random_state=0)
+    with Registry("sqlite://", "s3://models/oof", storage_options=options) as reg:
+        search = SearchCV(
+            LogisticRegression(),
+            {"C": [0.01, 1.0, 100.0]},
+            strategy="grid",
+            cv=3,
+            keep_oof=True,
+            registry=reg,
+            experiment_name="oof-s3",
+            client=client,
+        ).fit(X, y)
+        assert search.oof_predictions(search.trials_[0].number).shape == (120, 2)
+        assert SECRET not in repr(search._oof_sink)
+        for source, registry in ((search, None), ("oof-s3", reg)):
+            ens = EnsembleSelection(source, 5, registry=registry, random_state=0).fit(X, y)
+            assert ens.predict_proba(X).shape == (120, 2)

@@ -10,7 +10,7 @@ import ast
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,8 @@ class Library:
     #: Where worker-memory predictions live (the search's own client), if anywhere.
     client: Any = None
     where: str = "the search"
+    #: The fsspec options of the artifact store holding the predictions (never shown).
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
 
 def _best(candidates: list[Candidate], max_candidates: int, where: str) -> list[Candidate]:
@@ -104,7 +106,14 @@ def library_of(search: Any, registry: Any, max_candidates: int) -> Library:
         classes=getattr(sink, "classes", None),
         n_samples=getattr(sink, "n_samples", None),
         client=search.client,
+        storage_options=search_options(search),
     )
+
+
+def search_options(search: Any) -> dict[str, Any] | None:
+    """The fsspec options of the artifact store a fitted search's workers wrote its
+    out-of-fold predictions to (its registry's), if any."""
+    return getattr(getattr(search, "_oof_sink", None), "storage_options", None)
 
 
 def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
@@ -118,7 +127,8 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
     try:
         experiment = reg.experiment(name)
         folder = _oof.experiment_folder(reg, experiment)
-        meta = _oof.read_meta(reg.artifacts.url, folder)
+        options = _oof.options_of(reg)
+        meta = _oof.read_meta(reg.artifacts.url, folder, options)
         where = f"experiment {name!r}"
         if meta is None:
             raise InvalidParameterError(
@@ -126,7 +136,7 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
                 f"{where} was run without keep_oof=True, so no out-of-fold predictions were "
                 "kept; run it again as SearchCV(..., keep_oof=True, registry=...)",
             )
-        files = _oof.list_files(reg.artifacts.url, folder)
+        files = _oof.list_files(reg.artifacts.url, folder, options)
         candidates = [
             Candidate(t.number, float(t.value), dict(t.params), files[t.number])
             for t in reg.store.get_trials(experiment.id)
@@ -155,6 +165,7 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
         classes=None if classes is None else np.asarray(classes),
         n_samples=int(meta["n_samples"]),
         where=where,
+        storage_options=options,
     )
 
 
@@ -245,7 +256,7 @@ def search_refs(search: Any, param: str = "search") -> dict[int, _oof.OofRef]:
         registry = as_registry(search.registry)
         try:
             folder = _oof.experiment_folder(registry, registry.experiment(search.experiment_name_))
-            stored = _oof.list_files(registry.artifacts.url, folder)
+            stored = _oof.list_files(registry.artifacts.url, folder, _oof.options_of(registry))
         finally:
             if registry is not search.registry:
                 registry.close()
@@ -264,7 +275,7 @@ def trial_predictions(search: Any, trial: int) -> np.ndarray:
             f"completed trials {shown}{' ...' if len(refs) > 10 else ''}",
         )
     with reader(search.client) as client:
-        found, lost = _oof.load([refs[trial]], client)
+        found, lost = _oof.load([refs[trial]], client, search_options(search))
     if lost:
         raise LookupError(
             f"the out-of-fold predictions of trial {trial} are no longer in the memory of "

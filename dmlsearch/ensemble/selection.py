@@ -348,7 +348,9 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         self, library: Library, client: Any, classes: np.ndarray | None, n_samples: int
     ) -> np.ndarray:
         """The candidates' out-of-fold predictions, stacked ``(M, n, ...)``."""
-        found, lost = _oof.load([c.ref for c in library.candidates], client)
+        found, lost = _oof.load(
+            [c.ref for c in library.candidates], client, library.storage_options
+        )
         if lost:
             raise LookupError(
                 f"the out-of-fold predictions of trials {lost[:10]} are no longer in the "
