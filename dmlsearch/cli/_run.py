@@ -82,8 +82,12 @@ def _run(
     if failure is not None:
         # Not a success: no best score, whatever fit returned (exit code 1, docs/cli.md).
         raise _fail(failure, 1)
-    if json_:
-        return
+    if not json_:
+        _print_summary(result, search, began)
+
+
+def _print_summary(result: dict[str, Any], search: Any, began: float) -> None:
+    """The end of a run, for a person: counts, best score and parameters, the version."""
     console = _console()
     stopped = f", {result['stopped']} stopped by the time budget" if result["stopped"] else ""
     console.print(
@@ -109,7 +113,7 @@ def _run(
             f"registered model {result['model']['name']} v{result['model']['version']}; "
             f"`dmlsearch show {quote(str(result['experiment']))}` for the leaderboard"
         )
-    for ens in ensembles:
+    for ens in result["ensembles"]:
         console.print(_ensemble_line(ens))
 
 
