@@ -720,6 +720,16 @@ def test_overrides_that_add_unknown_keys_are_blamed_on_the_override() -> None:
     assert "(from --set serch.n_trials=3)" in problem.message and problem.line is None
 
 
+def test_missing_keys_of_a_section_an_override_added_are_blamed_on_the_override() -> None:
+    # The file has no scheduler section: its missing keys were given the line of the
+    # file's first key, where nothing is wrong.
+    text = dump({k: v for k, v in VALID.items() if k != "scheduler"})
+    exc = refused(text, overrides=["scheduler.kind=asha"])
+    for key in ("resource", "max_resource"):
+        problem = at(exc, f"scheduler.{key}")
+        assert "(from --set scheduler.kind=asha)" in problem.message and problem.line is None
+
+
 # -- before any work -----------------------------------------------------------------------
 
 

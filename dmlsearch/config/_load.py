@@ -224,6 +224,21 @@ def _type_word(value: Any) -> str:
     return type(value).__name__
 
 
+def _from_override(override: Loc, loc: Loc, root: yaml.Node | None) -> bool:
+    """Whether the problem at ``loc`` comes from ``override``: it is at (or inside) the
+    value the override set, or in a section the override added (the file has no such
+    section: ``--set scheduler.kind=asha`` to a file without ``scheduler``, whose missing
+    keys have no line in the file)."""
+    if loc[: len(override)] == override:
+        return True
+    common = 0
+    for a, b in zip(override, loc, strict=False):
+        if a != b:
+            break
+        common += 1
+    return common > 0 and not _in_file(root, loc[:common])
+
+
 def _problems_from(
     exc: ValidationError, root: yaml.Node | None, overrides: dict[Loc, str], data: Any
 ) -> list[Problem]:
@@ -238,16 +253,7 @@ def _problems_from(
         if (path, message) in seen:
             continue
         seen.add((path, message))
-        origin = next(
-            (
-                expr
-                for o, expr in overrides.items()
-                if loc[: len(o)] == o
-                # a key the override added (an unknown section): the file does not have it
-                or (o[: len(loc)] == loc and not _in_file(root, loc))
-            ),
-            None,
-        )
+        origin = next((expr for o, expr in overrides.items() if _from_override(o, loc, root)), None)
         if origin is not None:
             problems.append(Problem(path, f"{message} (from --set {origin})"))
             continue
