@@ -185,6 +185,37 @@ def test_a_searched_batch_size_below_k_fails_only_its_trial(
     assert fine.state == "complete"
 
 
+@pytest.mark.parametrize("scheduler", [None, "asha"])
+def test_a_fold_that_fails_scores_error_score_and_the_other_folds_stand(
+    client: Client, scheduler: str | None
+) -> None:
+    """Probe: one failing fold failed the whole gang trial (AllTrialsFailedError), where a
+    one-worker trial and scikit-learn's GridSearchCV score the other fold."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, D))
+    # KFold(2): the second fold trains on the first 40 rows, which lack class 2.
+    y = np.array([0, 1] * 20 + [0, 1, 2, 2] * 10)
+    net = sgd_net(TorchClassifier, module__n_out=3, max_epochs=2, random_state=0)
+    extra: dict[str, Any] = {}
+    if scheduler is not None:
+        extra = dict(scheduler=scheduler, resource="max_epochs", min_resource=1, max_resource=2)
+    kwargs = dict(strategy="grid", cv=KFold(2), client=client, progress=False, refit=False)
+    runs = {
+        k: SearchCV(net, {"lr": [0.01, 0.1]}, workers_per_trial=k, **kwargs, **extra).fit(X, y)
+        for k in (1, K)
+    }
+    for k, search in runs.items():
+        scores = search.cv_results_
+        assert np.isfinite(scores["split0_test_score"]).all(), k
+        assert np.isnan(scores["split1_test_score"]).all(), k
+        failed = [t for t in search.trials_ if t.state == "failed"]
+        assert failed and all("pass classes= with every label" in (t.error or "") for t in failed)
+    # What the error suggests: every fold then trains.
+    net.set_params(classes=[0, 1, 2])
+    search = SearchCV(net, {"lr": [0.01, 0.1]}, workers_per_trial=K, **kwargs, **extra).fit(X, y)
+    assert {t.state for t in search.trials_} == {"complete"}
+
+
 def _pid() -> int:  # run on a worker by client.run
     return os.getpid()
 

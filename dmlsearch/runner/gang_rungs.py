@@ -28,8 +28,7 @@ from sklearn.utils.metaestimators import _safe_split
 
 from .._evaluate import SearchData
 from .._rungs import RungContext, RungResult, RungSpec
-from .._scoring import score
-from .._states import COMPLETE
+from .._states import COMPLETE, FAILED
 from ..exceptions import InvalidParameterError
 from .gang import Gang
 
@@ -118,8 +117,29 @@ class GangRungSteps:
         fit = functools.partial(fit_xgboost, gang, rounds, self.timeout, X, y, booster)
         return _guarded(gang, fit).set_params(n_estimators=resource), resource - previous
 
+    def _train(
+        self,
+        gang: Gang,
+        net: Any,
+        X: Any,
+        y: Any,
+        previous: int,
+        resource: int,
+        draws: Any,
+        trained: list[int],
+    ) -> Any:
+        """:meth:`_fit` when there is training to do (else ``net`` as it is); the resource
+        units it trained go to ``trained[0]``."""
+        if resource <= previous:
+            return net
+        fitted, trained[0] = self._fit(gang, net, X, y, previous, resource, draws)
+        return fitted
+
     def step(self, gang: Gang, spec: RungSpec) -> RungResult:
-        """Train and score the trial's folds to ``spec.resource`` on ``gang``."""
+        """Train and score the trial's folds to ``spec.resource`` on ``gang``; a fold that
+        fails scores ``error_score`` and fails the step, as in a one-worker step."""
+        from .gang_trials import fit_and_score
+
         ev, data = self.context.evaluation, self.data
         started = time.time()
         held = self._take(spec)
@@ -131,32 +151,35 @@ class GangRungSteps:
         fit_times: list[float] = []
         score_times: list[float] = []
         nets: list[Any] = []
-        work, went_on = 0, True
+        work, went_on, error = 0, True, None
         for fold, (rows, test_rows) in enumerate(ev.splits):
             X_train, y_train = _safe_split(fresh, data.X, data.y, rows)
             X_test, y_test = _safe_split(fresh, data.X, data.y, test_rows, rows)
             previous = held[0] if held is not None else 0
             net = held[1][fold] if held is not None else clone(fresh)
-            t0 = time.perf_counter()
-            if spec.resource > previous:
-                net, trained = self._fit(
-                    gang, net, X_train, y_train, previous, spec.resource, draws
-                )
-                went_on = went_on and trained == spec.resource - previous
-                work += trained
-            fit_times.append(time.perf_counter() - t0)
-            t1 = time.perf_counter()
-            test.append(score(ev.scorer, net, X_test, y_test, ev.multimetric))
-            if ev.return_train_score:
-                train.append(score(ev.scorer, net, X_train, y_train, ev.multimetric))
-            score_times.append(time.perf_counter() - t1)
-            nets.append(net)
-        with self._lock:
-            self._held[spec.trial] = (spec.resource, nets)
+            trained = [0]
+            fit = functools.partial(
+                self._train, gang, net, X_train, y_train, previous, spec.resource, draws, trained
+            )
+            done = fit_and_score(fit, ev, X_train, y_train, X_test, y_test)
+            error = error or done.error
+            went_on = went_on and trained[0] == max(spec.resource - previous, 0)
+            work += trained[0]
+            fit_times.append(done.fit_time)
+            score_times.append(done.score_time)
+            test.append(done.test)
+            train.append(done.train)
+            nets.append(done.fitted)
         n = len(ev.splits)
+        if error is not None:
+            # As a one-worker step: a failed step keeps no state to continue from.
+            self.release([spec.trial])
+        else:
+            with self._lock:
+                self._held[spec.trial] = (spec.resource, nets)
         return RungResult.of(
             spec,
-            COMPLETE,
+            COMPLETE if error is None else FAILED,
             n,
             ev.return_train_score,
             test_scores=test,
@@ -168,5 +191,6 @@ class GangRungSteps:
             worker="+".join(gang.workers),
             work=work / n,
             continued=held is not None and went_on,
-            stored=True,
+            stored=error is None,
+            error=error,
         )

@@ -29,6 +29,7 @@ whose cluster has no worker does; the trials that finished stay recorded.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import functools
 import logging
 import os
@@ -47,7 +48,7 @@ from sklearn.base import clone
 from sklearn.utils.metaestimators import _safe_split
 
 from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec
-from .._scoring import score
+from .._scoring import score_fold
 from .._states import COMPLETE, FAILED
 from ..exceptions import GangWorkerLostError, InvalidParameterError, NoWorkersError
 from ..progress import NullProgress
@@ -233,6 +234,53 @@ def fit_xgboost(
     Xd, yd = _parts(gang.client, gang.workers, X, y)
     _fit(gang.client, model, Xd, yd, xgb_model)
     return _to_local(model, type(estimator))
+
+
+@dataclasses.dataclass
+class GangFold:
+    """One fold trained on a gang: the fitted model (None if its fit failed), its scores
+    (empty if it failed), its times and its error (a traceback) or None."""
+
+    fitted: Any
+    test: dict[str, float]
+    train: dict[str, float]
+    fit_time: float
+    score_time: float
+    error: str | None
+
+
+def fit_and_score(
+    fit: Callable[[], Any],
+    ev: EvalContext,
+    X_train: Any,
+    y_train: Any,
+    X_test: Any,
+    y_test: Any,
+) -> GangFold:
+    """``fit()`` (a fold's training on a gang, :func:`_guarded`), then the fitted model
+    scored. As in a one-worker trial (and scikit-learn), a fit or test scoring that raises
+    is the fold's error and the caller's other folds stand (``error_score="raise"`` raises
+    it); a lost gang worker raises."""
+    t0 = time.perf_counter()
+    try:
+        fitted = fit()
+    except (GangWorkerLostError, NoWorkersError):
+        raise
+    except Exception:
+        if ev.error_score == "raise":
+            raise
+        return GangFold(None, {}, {}, time.perf_counter() - t0, 0.0, traceback.format_exc())
+    fit_time = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    test, train, error = score_fold(
+        ev.scorer,
+        ev.multimetric,
+        ev.error_score,
+        fitted,
+        (X_test, y_test, None),
+        (X_train, y_train, None) if ev.return_train_score else None,
+    )
+    return GangFold(fitted, test, train, fit_time, time.perf_counter() - t1, error)
 
 
 def _guarded(gang: Gang, fn: Callable[[], Any]) -> Any:
@@ -549,6 +597,9 @@ class GangTrialRunner:
     def _folds(
         self, gang: Gang, spec: TrialSpec, data: SearchData, context: EvalContext
     ) -> TrialOutcome:
+        """The trial's folds trained on ``gang`` one after another. As in a one-worker trial
+        (and scikit-learn), a fold that fails scores ``error_score`` and the others stand;
+        a lost gang worker fails the trial."""
         started = time.time()
         estimator = clone(context.estimator).set_params(**clone(spec.params, safe=False))
         fit = self._fold_fitter(gang, estimator, spec)
@@ -556,6 +607,7 @@ class GangTrialRunner:
         train_scores: list[dict[str, float]] | None = [] if context.return_train_score else None
         fit_times: list[float] = []
         score_times: list[float] = []
+        error: str | None = None
         for train, test in context.splits:
             X_train, y_train = _safe_split(estimator, data.X, data.y, train)
             X_test, y_test = _safe_split(estimator, data.X, data.y, test, train)
@@ -565,21 +617,19 @@ class GangTrialRunner:
                     f"a fold has {len(train)} training rows, fewer than the {gang.size} "
                     "workers of a trial: every worker needs rows",
                 )
-            t0 = time.perf_counter()
-            fitted = _guarded(gang, functools.partial(fit, X_train, y_train))
-            fit_times.append(time.perf_counter() - t0)
-            t1 = time.perf_counter()
-            test_scores.append(score(context.scorer, fitted, X_test, y_test, context.multimetric))
+            guarded = functools.partial(_guarded, gang, functools.partial(fit, X_train, y_train))
+            fold = fit_and_score(guarded, context, X_train, y_train, X_test, y_test)
+            error = error or fold.error
+            fit_times.append(fold.fit_time)
+            score_times.append(fold.score_time)
+            test_scores.append(fold.test)
             if train_scores is not None:
-                train_scores.append(
-                    score(context.scorer, fitted, X_train, y_train, context.multimetric)
-                )
-            score_times.append(time.perf_counter() - t1)
+                train_scores.append(fold.train)
         return TrialOutcome(
             number=spec.number,
             params=spec.params,
             seed=spec.seed,
-            state=COMPLETE,
+            state=COMPLETE if error is None else FAILED,
             test_scores=test_scores,
             train_scores=train_scores,
             fit_times=fit_times,
@@ -587,4 +637,5 @@ class GangTrialRunner:
             started=started,
             finished=time.time(),
             worker="+".join(gang.workers),
+            error=error,
         )

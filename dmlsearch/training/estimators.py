@@ -467,7 +467,13 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
                 "module",
                 f"the module gives {y_pred.shape[1]} outputs a row but y has {n} classes "
                 f"{np.asarray(classes)[:5].tolist()}: its last layer needs {n} outputs (one "
-                "logit per class)",
+                "logit per class)"
+                + (
+                    "; or, if this y lacks some labels (a cross-validation fold can), pass "
+                    "classes= with every label to the constructor"
+                    if y_pred.shape[1] > n
+                    else ""
+                ),
             )
 
     def predict_proba(self, X: Any) -> np.ndarray:
