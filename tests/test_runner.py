@@ -232,6 +232,35 @@ def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
     assert len(proc.stderr.splitlines()) < 30
 
 
+HALF_GUARDED = """
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+from dmlsearch import SearchCV
+
+X, y = make_classification(n_samples=60, random_state=0)
+if __name__ == "__main__":
+    SearchCV(LogisticRegression(), {"C": [0.1, 1.0]}, cv=2, progress=False).fit(X, y)
+SearchCV(LogisticRegression(), {"C": [0.1, 1.0]}, cv=2, progress=False).fit(X, y)
+"""
+
+
+def test_a_search_after_the_main_guard_fails_fast_instead_of_hanging(tmp_path):
+    # The first search is guarded, so the script passes the check; its worker processes
+    # re-run the script and meet the second. They could not start, and the first search
+    # waited for them for ever.
+    import subprocess
+    import sys
+
+    script = tmp_path / "halfguard.py"
+    script.write_text(HALF_GUARDED)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode != 0
+    assert "halfguard.py, line 9" in proc.stderr
+    assert 'if __name__ == "__main__":' in proc.stderr
+
+
 def test_units_report_progress_and_a_source_can_cancel_one(client):
     from dmlsearch.testing.units import PruningSource, SteppingKind
 

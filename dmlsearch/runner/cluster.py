@@ -128,7 +128,17 @@ def start_local_cluster(
         "distributed.scheduler.active-memory-manager.start": False,
     }
     with dask.config.set(settings):
-        return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
+        try:
+            return LocalCluster(
+                n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs
+            )
+        except RuntimeError as exc:
+            # distributed's own message ("WarmNanny failed to start.") names no cause; the
+            # worker's traceback, printed above it, does.
+            raise DmlsearchError(
+                f"the local cluster's worker processes failed to start ({exc}); the error "
+                "a worker printed above says why"
+            ) from exc
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -188,6 +198,15 @@ def _check_main_guard() -> None:
     method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
     if method not in ("spawn", "forkserver"):
         return
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # A worker process of an earlier (guarded) search re-imports the script and meets
+        # an unguarded one: starting a cluster from there fails in multiprocessing, and
+        # the worker never starts, so the earlier search waited for it for ever.
+        raise DmlsearchError(
+            f"{_module_line()}: the embedded cluster's worker processes re-run this script "
+            'and met a search outside `if __name__ == "__main__":`; put every line that '
+            "starts a search (or a cluster) under it (or pass client= an existing cluster)"
+        )
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     if main_file == "<stdin>":  # `python - < script.py`: no file for a worker to re-import
         raise DmlsearchError(
@@ -203,6 +222,16 @@ def _check_main_guard() -> None:
             "re-run this script; put the code that starts the search under "
             '`if __name__ == "__main__":` (or pass client= an existing cluster)'
         )
+
+
+def _module_line() -> str:
+    """``script.py, line N`` of the module-level code running now (``the script``)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "the script"
+    return f"{os.path.basename(frame.f_code.co_filename)}, line {frame.f_lineno}"
 
 
 @contextmanager
