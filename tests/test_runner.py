@@ -215,15 +215,19 @@ SearchCV(LogisticRegression(), {"C": [0.1, 1.0]}, cv=2, progress=False).fit(X, y
 """
 
 
-def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
+def _run_script(folder, name: str, text: str):
     import subprocess
     import sys
 
-    script = tmp_path / "unguarded.py"
-    script.write_text(UNGUARDED)
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    script = folder / name
+    script.write_text(text)
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=folder
     )
+
+
+def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
+    proc = _run_script(tmp_path, "unguarded.py", UNGUARDED)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert 'if __name__ == "__main__":' in last
@@ -248,14 +252,7 @@ def test_a_search_after_the_main_guard_fails_fast_instead_of_hanging(tmp_path):
     # The first search is guarded, so the script passes the check; its worker processes
     # re-run the script and meet the second. They could not start, and the first search
     # waited for them for ever.
-    import subprocess
-    import sys
-
-    script = tmp_path / "halfguard.py"
-    script.write_text(HALF_GUARDED)
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    proc = _run_script(tmp_path, "halfguard.py", HALF_GUARDED)
     assert proc.returncode != 0
     assert "halfguard.py, line 9" in proc.stderr
     assert 'if __name__ == "__main__":' in proc.stderr
