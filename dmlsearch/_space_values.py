@@ -8,6 +8,7 @@ decoding a stored candidate compares JSON round-tripped values here. Re-exported
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import re
@@ -68,6 +69,11 @@ def describe_value(value: Any) -> Any:
         return [describe_value(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): describe_value(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        # A set's repr follows string hashing, which differs between processes (skorch
+        # keeps its parameter names in one): sorted, a resume sees the same estimator.
+        described = [describe_value(v) for v in value]
+        return sorted(described, key=lambda d: json.dumps(d, sort_keys=True, default=str))
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
         return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
     get_params = getattr(value, "get_params", None)

@@ -48,7 +48,7 @@ from .strategies import Strategy, make_strategy
 
 if TYPE_CHECKING:
     from ._recording import PriorRun
-    from .registry import TrialRecord
+    from .registry import ModelVersionRecord, TrialRecord
     from .runner.gang_trials import GangTrialRunner
 
 __all__ = ["SearchCV"]
@@ -590,6 +590,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         }
 
     def _register_best(self, recorder: SearchRecorder, X: Any) -> None:
+        self.model_version_: ModelVersionRecord | None = None  # a warning says why it stays so
         if not hasattr(self, "best_estimator_"):
             return
         best = getattr(self, "best_score_", None)  # none with a callable refit

@@ -569,3 +569,29 @@ def test_resume_of_an_experiment_recently_active_on_another_host_is_refused(clie
         registry.store.record_trials(exp.id, old)
     # Nothing recorded for an hour: that driver is taken to be gone.
     assert len(_lr_search(client, url, n_trials=4, resume=True).fit(X, y).trials_) == 4
+
+
+def test_an_estimator_holding_a_set_is_described_alike_in_every_process():
+    # skorch keeps parameter names in a set, whose order follows string hashing: a resume
+    # in a new process was refused, "the estimator changed".
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json; from dmlsearch._space_values import describe_value; "
+        "print(json.dumps(describe_value({'names': {'module__hidden', 'lr', 'iterator_train'}})))"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(seen) == 1
+    assert json.loads(seen.pop()) == {"names": ["iterator_train", "lr", "module__hidden"]}

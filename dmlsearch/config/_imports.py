@@ -97,6 +97,162 @@ def _import(path: str, base_dir: Path | None) -> Any:
     return _import_cached(path, base_dir)
 
 
+def _spec_class(
+    spec: dict[Any, Any],
+    loc: Loc,
+    problems: _Problems,
+    base_dir: Path | None,
+    class_loc: Loc | None,
+    *,
+    estimator: bool,
+) -> Any:
+    """The class a spec names (None, with the problem recorded, if it cannot be used)."""
+    class_loc = (*loc, "class") if class_loc is None else class_loc
+    for key in spec:
+        if key not in _SPEC_KEYS:
+            problems.add(
+                (*loc, key),
+                f"unknown key {key!r}{_suggest(str(key), _SPEC_KEYS)} (an object is "
+                "written {class: import.path, params: {...}})",
+                key,
+            )
+    path = spec.get("class")
+    if not isinstance(path, str) or not path:
+        problems.add(class_loc, "expected an import path such as sklearn.svm.SVC", path)
+        return None
+    try:
+        cls = _import(path, base_dir)
+    except _ImportFailed as exc:
+        problems.add(class_loc, str(exc), path)
+        return None
+    if estimator and not (
+        isinstance(cls, type) and hasattr(cls, "fit") and hasattr(cls, "get_params")
+    ):
+        problems.add(
+            class_loc,
+            f"{path} is not an estimator class (a scikit-learn estimator has fit and get_params)",
+            path,
+        )
+        return None
+    if not callable(cls):
+        problems.add(class_loc, f"{path} is not a class or a function", path)
+        return None
+    return cls
+
+
+def _spec_params(
+    spec: dict[Any, Any], loc: Loc, problems: _Problems, base_dir: Path | None, *, net: bool
+) -> dict[str, Any]:
+    """A spec's ``params``, every nested spec built (a net's parts as classes: see below)."""
+    raw_params = spec.get("params")
+    if raw_params is None:
+        raw_params = {}
+    if not isinstance(raw_params, dict):
+        problems.add((*loc, "params"), "expected a mapping of parameter -> value", raw_params)
+        raw_params = {}
+    params: dict[str, Any] = {}
+    for name, value in raw_params.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            problems.add((*loc, "params", name), f"parameter names are identifiers, got {name!r}")
+            continue
+        if net and name in NET_PARTS and (isinstance(value, str) or _is_spec(value)):
+            parts = _net_part(name, value, (*loc, "params", name), problems, base_dir)
+            for key in parts:
+                if key in raw_params and key != name:
+                    problems.add(
+                        (*loc, "params", key), f"given twice: here and in params.{name}.params"
+                    )
+            # On a problem (recorded) the name stays, else the net is 'missing' it too.
+            params.update(parts or {name: None})
+        else:
+            params[name] = _build_value(value, (*loc, "params", name), problems, base_dir)
+    return params
+
+
+def _checked_params(
+    cls: Any, params: dict[str, Any], loc: Loc, problems: _Problems, supplied: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], int] | None:
+    """``params`` less the names ``cls`` does not take (each recorded), and their number;
+    None when the rest (with ``supplied``, given by the caller later) cannot be bound to
+    its signature."""
+    name = getattr(cls, "__name__", repr(cls))
+    # A problem with one parameter must not hide another: every unknown name is reported,
+    # then the values of the known ones are checked.
+    unknown: list[str] = []
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return params, 0
+    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        accepted = [
+            p.name
+            for p in signature.parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        for bad in params:
+            if bad not in accepted:
+                unknown.append(bad)
+                problems.add(
+                    (*loc, "params", bad),
+                    f"{name} has no parameter {bad!r}{_suggest(bad, accepted)}",
+                    bad,
+                )
+        params = {k: v for k, v in params.items() if k not in unknown}
+    try:
+        signature.bind(**params, **dict.fromkeys(supplied))
+    except TypeError as exc:
+        missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
+        where = (*loc, "params", missing.group(1)) if missing else (*loc, "params")
+        problems.add(where, f"{name}: {exc}")
+        return None
+    return params, len(unknown)
+
+
+# -- the parts of a torch net (skorch's module, criterion and optimizer) -------------------
+
+#: Parameters of a skorch net that take a class, its arguments as ``<part>__<name>``.
+NET_PARTS = {"module": "torch.nn", "criterion": "torch.nn", "optimizer": "torch.optim"}
+
+
+def _is_net(cls: Any) -> bool:
+    """A skorch net (``TorchClassifier`` and skorch's own): skorch is imported with it."""
+    skorch = sys.modules.get("skorch")
+    return skorch is not None and isinstance(cls, type) and issubclass(cls, skorch.NeuralNet)
+
+
+def _net_part(
+    part: str, value: Any, loc: Loc, problems: _Problems, base_dir: Path | None
+) -> dict[str, Any]:
+    """``module: {class: mods.MLP, params: {hidden: 16}}`` as ``module=MLP,
+    module__hidden=16``: the net builds the module, its weights drawn from the net's
+    ``random_state``, and a search can name ``module__hidden``. Built here, the module
+    would keep the unseeded weights of the driver's process. A bare name is looked up in
+    ``torch.nn`` (``torch.optim`` for the optimizer)."""
+    spec = {"class": value} if isinstance(value, str) else value
+    path = spec.get("class")
+    if isinstance(path, str) and _IMPORT_PATH.match(path) and "." not in path and ":" not in path:
+        spec = {**spec, "class": f"{NET_PARTS[part]}.{path}"}
+    class_loc = loc if isinstance(value, str) else None
+    cls = _spec_class(spec, loc, problems, base_dir, class_loc, estimator=False)
+    params = _spec_params(spec, loc, problems, base_dir, net=False)
+    if cls is None:
+        return {}
+    torch = sys.modules.get("torch")
+    if (
+        part == "module"
+        and torch is not None
+        and not (isinstance(cls, type) and issubclass(cls, torch.nn.Module))
+    ):
+        problems.add(class_loc or (*loc, "class"), f"{path} is not a torch.nn.Module class", path)
+        return {}
+    # skorch gives the optimizer the module's parameters.
+    supplied = ("params",) if part == "optimizer" else ()
+    checked = _checked_params(cls, params, loc, problems, supplied)
+    if checked is None:
+        return {}
+    return {part: cls, **{f"{part}__{name}": v for name, v in checked[0].items()}}
+
+
 def _invalid_values(obj: Any, given: dict[str, Any]) -> list[tuple[str | None, str]]:
     """Each parameter of a scikit-learn estimator its declared constraints refuse.
 
@@ -165,87 +321,21 @@ def _build_spec(
     class_loc: Loc | None = None,
 ) -> Any:
     """Build ``{class: import.path, params: {...}}``; record problems rather than raise."""
-    class_loc = (*loc, "class") if class_loc is None else class_loc
     before = len(problems.items)
     if not isinstance(spec, dict):
         problems.add(loc, "expected {class: import.path, params: {...}}", spec)
         return None
-    for key in spec:
-        if key not in _SPEC_KEYS:
-            problems.add(
-                (*loc, key),
-                f"unknown key {key!r}{_suggest(str(key), _SPEC_KEYS)} (an object is "
-                "written {class: import.path, params: {...}})",
-                key,
-            )
-    path = spec.get("class")
-    raw_params = spec.get("params")
-    if raw_params is None:
-        raw_params = {}
-    if not isinstance(raw_params, dict):
-        problems.add((*loc, "params"), "expected a mapping of parameter -> value", raw_params)
-        raw_params = {}
-    params = {}
-    for name, value in raw_params.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            problems.add((*loc, "params", name), f"parameter names are identifiers, got {name!r}")
-            continue
-        params[name] = _build_value(value, (*loc, "params", name), problems, base_dir)
-    if not isinstance(path, str) or not path:
-        problems.add(class_loc, "expected an import path such as sklearn.svm.SVC", path)
+    cls = _spec_class(spec, loc, problems, base_dir, class_loc, estimator=estimator)
+    params = _spec_params(spec, loc, problems, base_dir, net=_is_net(cls))
+    if cls is None:
         return None
-    try:
-        cls = _import(path, base_dir)
-    except _ImportFailed as exc:
-        problems.add(class_loc, str(exc), path)
+    checked = _checked_params(cls, params, loc, problems)
+    if checked is None:
         return None
-    if estimator and not (
-        isinstance(cls, type) and hasattr(cls, "fit") and hasattr(cls, "get_params")
-    ):
-        problems.add(
-            class_loc,
-            f"{path} is not an estimator class (a scikit-learn estimator has fit and get_params)",
-            path,
-        )
-        return None
-    if not callable(cls):
-        problems.add(class_loc, f"{path} is not a class or a function", path)
-        return None
-    name = getattr(cls, "__name__", path)
-    # A problem with one parameter must not hide another: every unknown name is reported,
-    # then the values of the known ones are checked.
-    unknown: list[str] = []
-    try:
-        signature = inspect.signature(cls)
-    except (TypeError, ValueError):
-        signature = None
-    if signature is not None and not any(
-        p.kind is p.VAR_KEYWORD for p in signature.parameters.values()
-    ):
-        accepted = [
-            p.name
-            for p in signature.parameters.values()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        ]
-        for bad in params:
-            if bad not in accepted:
-                unknown.append(bad)
-                problems.add(
-                    (*loc, "params", bad),
-                    f"{name} has no parameter {bad!r}{_suggest(bad, accepted)}",
-                    bad,
-                )
-        params = {k: v for k, v in params.items() if k not in unknown}
-    if signature is not None:
-        try:
-            signature.bind(**params)
-        except TypeError as exc:
-            missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
-            where = (*loc, "params", missing.group(1)) if missing else (*loc, "params")
-            problems.add(where, f"{name}: {exc}")
-            return None
-    if len(problems.items) > before + len(unknown):
+    params, n_unknown = checked
+    if len(problems.items) > before + n_unknown:
         return None  # a problem in this spec: constructing it would only add noise
+    name = getattr(cls, "__name__", spec.get("class"))
     try:
         obj = cls(**params)
     except Exception as exc:

@@ -183,6 +183,16 @@ class ExperimentConfig(_Section):
                         "ensemble selection needs each trial's out-of-fold predictions, "
                         f"which are not kept with {what} yet: remove one of the two",
                     )
+            from ..registry._skorch import nested_net
+
+            net = nested_net(estimator)
+            if net is not None:
+                problems.add(
+                    ("ensemble",),
+                    f"the members would be {type(estimator).__name__}s holding a torch net "
+                    f"({net}), which the registry can save only with pickle (a run never "
+                    "pickles): make the net itself the model, or remove the ensemble section",
+                )
 
 
 def _gang_problem(k: int, estimator: Any) -> str | None:

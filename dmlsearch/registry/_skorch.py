@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["SKORCH_NET", "dump_net", "is_skorch_net", "load_net"]
+__all__ = ["SKORCH_NET", "dump_net", "is_skorch_net", "load_net", "nested_net"]
 
 SKORCH_NET = "skorch-net"
 
@@ -24,6 +24,19 @@ def is_skorch_net(model: Any) -> bool:
     # Only a model built with skorch can be a skorch net: never import skorch to find out.
     skorch = sys.modules.get("skorch")
     return skorch is not None and isinstance(model, skorch.NeuralNet)
+
+
+def nested_net(model: Any) -> str | None:
+    """The parameter name of a skorch net inside ``model`` (a Pipeline step, a
+    meta-estimator's estimator), or None. Such a model has no safe format: skops cannot
+    load a fitted net back, and the net's own format holds a net alone."""
+    if is_skorch_net(model) or not hasattr(model, "get_params"):
+        return None
+    try:
+        params = model.get_params(deep=True)
+    except Exception:  # a broken get_params: registration says what is wrong
+        return None
+    return next((name for name, value in params.items() if is_skorch_net(value)), None)
 
 
 def is_plain(value: Any) -> bool:
