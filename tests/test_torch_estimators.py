@@ -20,6 +20,7 @@ from skorch.dataset import Dataset as SkorchDataset
 from skorch.dataset import ValidSplit
 
 from dmlsearch import Categorical, Float, Int, Registry, SearchCV
+from dmlsearch.ensemble import EnsembleSelection
 from dmlsearch.exceptions import InvalidParameterError
 from dmlsearch.training import TorchClassifier, TorchRegressor
 
@@ -305,6 +306,7 @@ def test_search_cv_tunes_module_and_training_parameters_on_workers(
         dashboard=False,
         registry=registry,
         experiment_name="nets",
+        keep_oof=True,
     ).fit(X, y)
     assert all(t.state == "complete" for t in search.trials_)
     workers = set(client.scheduler_info()["workers"])
@@ -320,6 +322,14 @@ def test_search_cv_tunes_module_and_training_parameters_on_workers(
     loaded = registry.load_model(record.model, record.version, module=TorchClassifier(MLP))
     np.testing.assert_array_equal(loaded.predict(X), best.predict(X))
     np.testing.assert_allclose(loaded.predict_proba(X), best.predict_proba(X), rtol=1e-6)
+    # An ensemble of the trials: from the fitted search; from the experiment's name, a clear
+    # error (the registered net loads only into a net of its class, which the search holds).
+    selection = EnsembleSelection(search, ensemble_size=3, n_init=2, client=client).fit(X, y)
+    assert all(isinstance(m, TorchClassifier) for m in selection.estimators_)
+    with pytest.raises(InvalidParameterError, match="pass the fitted SearchCV"):
+        EnsembleSelection("nets", ensemble_size=3, n_init=2, registry=registry, client=client).fit(
+            X, y
+        )
     registry.close()
 
 

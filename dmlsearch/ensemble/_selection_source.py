@@ -117,7 +117,7 @@ def search_options(search: Any) -> dict[str, Any] | None:
 
 
 def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
-    from ..registry import NotFoundError, as_registry
+    from ..registry import FormatError, NotFoundError, as_registry
 
     if registry is None:
         raise InvalidParameterError(
@@ -151,6 +151,15 @@ def _from_registry(name: str, registry: Any, max_candidates: int) -> Library:
                 "search",
                 f"{where} registered no model (was it run with refit=False?), so the "
                 "estimator to refit the members from is unknown; pass the fitted SearchCV",
+            ) from None
+        except FormatError as exc:
+            # A torch net's weights load only into a net of its class, which the registry
+            # does not hold: the fitted search does.
+            raise InvalidParameterError(
+                "search",
+                f"the model {where} registered cannot be loaded by itself ({exc}), so the "
+                "estimator to refit the members from is unknown; pass the fitted SearchCV "
+                "(in the script that ran the search) instead of its experiment name",
             ) from None
         estimator = _as_searched(estimator, candidates, experiment.config, where)
     finally:
