@@ -131,10 +131,23 @@ def _refit_metric(search: SearchCV, scoring: Scoring) -> str | None:
                 f"or False; got {refit!r}",
             )
         return refit if isinstance(refit, str) else None
-    # As in scikit-learn, any string means "refit on the one metric".
     if not (isinstance(refit, (bool, str)) or callable(refit)):
         raise InvalidParameterError(
             "refit", f"must be True, False, a string or a callable, got {refit!r}"
+        )
+    # scikit-learn takes any string as "refit on the one metric": refit="f1_macro" with
+    # scoring="accuracy" then picks by accuracy, silently. Only the scorer's own name is.
+    if isinstance(refit, str) and refit != search.scoring:
+        own = (
+            f" (or {search.scoring!r}, the scorer's name)"
+            if isinstance(search.scoring, str)
+            else ""
+        )
+        raise InvalidParameterError(
+            "refit",
+            f"with one scorer, refit is True or False{own}; a name picks among several "
+            f"scorers: scoring=[{search.scoring!r}, {refit!r}] with refit={refit!r} picks "
+            f"by {refit!r}; got {refit!r}",
         )
     return "score"
 

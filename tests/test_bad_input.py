@@ -244,6 +244,7 @@ BAD_PARAMETERS = [
     ("random_state", -1, "random_state"),
     ("random_state", "seed", "random_state"),
     ("refit", 3, "refit"),
+    ("refit", "f1_macro", "refit"),  # one scorer (the estimator's score): picked by it
     ("resume", "yes", "resume"),
     ("resume", True, "resume"),  # without a registry and an experiment name
     ("progress", "yes", "progress"),
@@ -272,6 +273,16 @@ def test_each_bad_parameter_is_named_before_any_work(
         error = fit_outcome(data, **{name: value})
     assert isinstance(error, InvalidParameterError), f"{name}={value!r} was accepted"
     assert error.param == param, error
+
+
+def test_refit_naming_another_metric_than_the_one_scorer_is_refused(
+    no_work: None, data: Any
+) -> None:
+    # scikit-learn picks by accuracy here, silently; the experiment file refused it already.
+    error = fit_outcome(data, scoring="accuracy", refit="f1_macro")
+    assert isinstance(error, InvalidParameterError) and error.param == "refit"
+    assert "scoring=['accuracy', 'f1_macro'] with refit='f1_macro'" in str(error)
+    assert fit_outcome(data, scoring="accuracy", refit="accuracy") is None
 
 
 @pytest.mark.parametrize("scheduler", [None, "asha"])

@@ -77,6 +77,22 @@ def check_sync(sync: Any, staleness: Any, prefix: str = "") -> None:
     check_int(f"{prefix}staleness", staleness, 0, none=True)
 
 
+def _check_sync_options(trainer: Any) -> None:
+    """An option of another synchronisation model than ``sync`` would be ignored: refused.
+
+    (A torch estimator's ``trainer__`` options are not checked so: a search space may pair
+    ``trainer__average_every`` with several ``trainer__sync`` choices.)"""
+    for option, owner, default in (("average_every", "average", 1), ("staleness", "ssp", None)):
+        value = getattr(trainer, option)
+        if trainer.sync != owner and value != default:
+            raise InvalidParameterError(
+                option,
+                f"{option}={value!r} is used only with sync={owner!r}, and sync="
+                f"{trainer.sync!r} would ignore it: set sync={owner!r}, or leave {option} "
+                f"at {default!r}",
+            )
+
+
 def check_trainer_options(given: dict[str, Any]) -> dict[str, Any]:
     """A torch estimator's ``trainer__*`` options with their defaults, or
     InvalidParameterError naming the bad one."""
@@ -122,6 +138,7 @@ def check_params(trainer: Any) -> None:
             "resume", "resume=True needs the registry and the experiment_name of the job"
         )
     check_sync(trainer.sync, trainer.staleness)
+    _check_sync_options(trainer)
     timeout = trainer.timeout
     fine = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
     # torch takes the timeout as a timedelta: inf, NaN and past ~2.7 million years fail there.
