@@ -15,6 +15,7 @@ in each of Li et al.'s brackets, as Ray Tune's ``AsyncHyperBandScheduler`` and O
 
 from __future__ import annotations
 
+import difflib
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -294,8 +295,10 @@ def make_pruner(
                 "full budget (its brackets' rungs are counted down from it)",
             )
         return HyperbandPruner(min_resource, max_resource, reduction_factor, n_trials)
+    close = difflib.get_close_matches(str(scheduler).lower(), list(PRUNERS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
     raise InvalidParameterError(
         "scheduler",
-        f"unknown scheduler {scheduler!r} for optimize; choose one of {list(PRUNERS)}, a "
-        "Pruner, or None",
+        f"unknown scheduler {scheduler!r} for optimize{hint}. Choose one of {list(PRUNERS)}, "
+        "a Pruner, or None",
     )

@@ -108,6 +108,18 @@ def plan_schedule(
             "out-of-fold predictions are not kept with a scheduler yet; drop keep_oof or "
             "the scheduler",
         )
+    given = search.scheduler
+    # A misspelt name first: its fix may make the other arguments' errors moot.
+    if not isinstance(given, Scheduler) and (
+        not isinstance(given, str) or given.lower() not in SCHEDULERS
+    ):
+        close = difflib.get_close_matches(str(given).lower(), SCHEDULERS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidParameterError(
+            "scheduler",
+            f"unknown scheduler {given!r}{hint}. Choose one of {list(SCHEDULERS)} or pass a "
+            "dmlsearch.schedulers.Scheduler",
+        )
     if search.resource is None:
         raise InvalidParameterError(
             "resource",
@@ -116,7 +128,6 @@ def plan_schedule(
         )
     resource = check_resource(search.resource, search.estimator)
     _check_not_searched(resource, search.search_space)
-    given = search.scheduler
     if isinstance(given, Scheduler):
         if search.min_resource is not None or search.max_resource is not None:
             raise InvalidParameterError(
@@ -129,14 +140,6 @@ def plan_schedule(
         if isinstance(given, MedianStopping):
             ladder = steps = rung_resources(1, given.max_resource, search.reduction_factor)
         return SchedulePlan(given, resource, ladder, steps), search.n_trials
-    if not isinstance(given, str) or given.lower() not in SCHEDULERS:
-        close = difflib.get_close_matches(str(given).lower(), SCHEDULERS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidParameterError(
-            "scheduler",
-            f"unknown scheduler {given!r}{hint} Choose one of {list(SCHEDULERS)} or pass a "
-            "dmlsearch.schedulers.Scheduler",
-        )
     name = given.lower()
     low, high = _bounds(search, splits, y)
     r_min, R, eta = check_schedule(low, high, search.reduction_factor)

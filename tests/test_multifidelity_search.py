@@ -260,6 +260,8 @@ def test_any_strategy_with_asha(steady, digits, strategy):
     ("kwargs", "param", "match"),
     [
         ({"scheduler": "ahsa"}, "scheduler", "did you mean 'asha'"),
+        # the name first: without a resource, "resource" was blamed for a misspelt name
+        ({"scheduler": "ashaa", "resource": None}, "scheduler", "did you mean 'asha'"),
         ({"min_resource": 10, "max_resource": 9}, "min_resource", "<= max_resource"),
         ({"reduction_factor": 1}, "reduction_factor", ">= 2"),
         ({"resource": "n_estimatorz"}, "resource", "has no parameter"),

@@ -254,8 +254,10 @@ def test_bad_input_raises_before_any_work(kwargs: dict[str, Any], param: str) ->
     args: dict[str, Any] = {"objective": quadratic, "n_trials": 3, "client": NOT_A_CLUSTER}
     args.update(kwargs)
     objective = args.pop("objective")
-    with pytest.raises(InvalidParameterError, match=param):
+    with pytest.raises(InvalidParameterError, match=param) as info:
         optimize(objective, {"x": Float(-5, 5)}, **args)
+    if kwargs.get("scheduler") == "medain":
+        assert "did you mean 'median'?" in str(info.value)
 
 
 # ------------------------------------------------------------------- on the cluster
