@@ -72,6 +72,11 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         restored = sum(1 for n in self.skip if self.next_number <= n < total)
         return max(total - self.next_number - restored, 0)
 
+    @property
+    def done_before(self) -> int:
+        total = self.strategy.total
+        return sum(1 for n in self.skip if total is None or n < total)
+
     def restore(self, outcome: ObjectiveOutcome) -> None:
         """Take trial ``outcome`` as finished by an earlier run: its curve counts for the
         pruner, its rungs for the rung view; it is not told to the strategy again."""

@@ -12,8 +12,8 @@ __all__ = ["LineProgress", "NullProgress", "RichProgress", "make_progress"]
 class NullProgress:
     """Shows nothing (``progress=False``)."""
 
-    def start(self, total: int | None, description: str) -> None:
-        pass
+    def start(self, total: int | None, description: str, done: int = 0) -> None:
+        """``done``: units an earlier run finished (a resume)."""
 
     def update(self, done: int, failed: int, running: int, best: float | None) -> None:
         pass
@@ -37,7 +37,7 @@ class RichProgress(NullProgress):
         self._last = 0.0
         self._values: dict[str, Any] = {}
 
-    def start(self, total: int | None, description: str) -> None:
+    def start(self, total: int | None, description: str, done: int = 0) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -60,7 +60,7 @@ class RichProgress(NullProgress):
         )
         self._progress.start()
         self._task = self._progress.add_task(
-            description, total=total, running=0, failed=0, best="-"
+            description, total=total, completed=done, running=0, failed=0, best="-"
         )
 
     def update(self, done: int, failed: int, running: int, best: float | None) -> None:
@@ -100,10 +100,10 @@ class LineProgress(NullProgress):
         self._start = self._last = 0.0
         self._state: tuple[int, int, int, float | None] | None = None
 
-    def start(self, total: int | None, description: str) -> None:
+    def start(self, total: int | None, description: str, done: int = 0) -> None:
         self._description, self._total = description, total
         self._start = self._last = time.monotonic()
-        self._state = (0, 0, 0, None)
+        self._state = (done, 0, 0, None)
         self._write("started")
 
     def update(self, done: int, failed: int, running: int, best: float | None) -> None:

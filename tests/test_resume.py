@@ -595,3 +595,17 @@ def test_an_estimator_holding_a_set_is_described_alike_in_every_process():
     }
     assert len(seen) == 1
     assert json.loads(seen.pop()) == {"names": ["iterator_train", "lr", "module__hidden"]}
+
+
+def test_a_resumed_search_counts_its_restored_trials_as_done_in_its_progress(
+    client, data, tmp_path, capsys
+):
+    # The progress line of a resume of 4 recorded trials to 6 began at "0/6 done".
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    _lr_search(client, url, n_trials=4).fit(X, y)
+    capsys.readouterr()
+    _lr_search(client, url, n_trials=6, resume=True, progress=True).fit(X, y)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("dmlsearch: ")]
+    assert ": 4/6 done" in next(ln for ln in lines if " started: " in ln)
+    assert ": 6/6 done" in next(ln for ln in lines if " ended: " in ln)

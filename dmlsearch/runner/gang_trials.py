@@ -504,7 +504,7 @@ class GangTrialRunner:
         """Units from ``source``, each run by ``run_unit`` in a driver thread, as many at
         once as the cluster has room for gangs; every result recorded once."""
         slots = max(1, n_workers // self.k)
-        self.progress.start(source.total, self.name)
+        self.progress.start(source.total, self.name, source.done_before)
         best: float | None = None
         running: dict[cf.Future[Any], Unit[Any]] = {}
         exhausted = False
@@ -538,7 +538,10 @@ class GangTrialRunner:
                     if self.observer is not None:
                         self.observer.tick()
                     self.progress.update(
-                        self.stats.recorded, source.failed_count(), len(running), best
+                        self.stats.recorded + source.done_before,
+                        source.failed_count(),
+                        len(running),
+                        best,
                     )
         finally:
             self.progress.close()

@@ -653,7 +653,7 @@ class WorkLoop(Generic[P, R]):
         if self.policy.report_starts:
             self._reports = ReportStream(self.client, f"dmlsearch-{self.run_id}")
             self._reports.subscribe()
-        self.progress.start(self.source.total, self.name)
+        self.progress.start(self.source.total, self.name, self.source.done_before)
         try:
             self._wait_for_a_worker()
             self._ensure_shared()
@@ -686,7 +686,7 @@ class WorkLoop(Generic[P, R]):
             self.client.cancel(list(self._inflight))
             raise
         finally:
-            self.progress.update(len(self._recorded), self.source.failed_count(), 0, self._best)
+            self.progress.update(self._done(), self.source.failed_count(), 0, self._best)
             self.progress.close()
             if self._reports is not None:
                 self._reports.close()
@@ -697,5 +697,9 @@ class WorkLoop(Generic[P, R]):
 
     def _progress(self) -> None:
         self.progress.update(
-            len(self._recorded), self.source.failed_count(), self._units_in_flight(), self._best
+            self._done(), self.source.failed_count(), self._units_in_flight(), self._best
         )
+
+    def _done(self) -> int:
+        """Units done for progress: this run's and those an earlier run finished."""
+        return len(self._recorded) + self.source.done_before

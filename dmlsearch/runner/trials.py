@@ -101,6 +101,11 @@ class StrategySource(UnitSource[TrialSpec, TrialOutcome]):
         total = self.strategy.total
         return None if total is None else max(total - self.next_number, 0)
 
+    @property
+    def done_before(self) -> int:
+        total = self.strategy.total
+        return sum(1 for n in self.skip if total is None or n < total)
+
     def propose(self) -> Unit[TrialSpec] | _Signal:
         total = self.strategy.total
         while self.next_number in self.skip:  # finished in an earlier, interrupted run

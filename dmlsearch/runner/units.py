@@ -156,6 +156,11 @@ class UnitSource(abc.ABC, Generic[P, R]):
         """How many units are still to be proposed, if known (batches shrink near the end)."""
         return None
 
+    @property
+    def done_before(self) -> int:
+        """Units of :attr:`total` an earlier run finished (a resume): progress counts them."""
+        return 0
+
     @abc.abstractmethod
     def propose(self) -> Unit[P] | _Signal:
         """The next unit, :data:`WAIT` or :data:`DONE`."""
