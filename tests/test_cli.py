@@ -223,6 +223,13 @@ def test_scheduler_and_ensemble_sections_run_and_show(in_tmp: Path, client: Clie
     with Registry(f"sqlite:///{in_tmp / 'dmlsearch.db'}") as registry:
         loaded = registry.load_model("trees-ensemble-wine-ensemble")
         assert loaded.members_ == ensemble["trials"]
+        # As if the run had stopped while selecting: the search complete, no ensemble.
+        registry.delete_version("trees-ensemble-wine-ensemble", 1)
+    again = ok_json(
+        "resume", EXPERIMENTS / "ensemble_selection.yaml", *common, "--set", "search.n_trials=6"
+    )  # it was "already complete", and the ensemble never came
+    assert again["n_trials"] == 6 and len(again["ensembles"]) == 1
+    assert again["ensembles"][0]["trials"] == ensemble["trials"]
 
 
 def test_a_training_job_runs_is_shown_and_listed(in_tmp: Path, client: Client) -> None:

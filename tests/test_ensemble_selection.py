@@ -331,6 +331,22 @@ def test_selection_from_a_registry_experiment(client, iris, tmp_path):
         )
 
 
+def test_a_resume_with_keep_oof_of_an_experiment_run_without_it_says_so(client, iris, tmp_path):
+    X, y = iris
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+
+    def search(**kwargs):
+        return SearchCV(
+            DecisionTreeClassifier(random_state=0), TREES, strategy="grid", cv=CV,
+            client=client, registry=url, experiment_name="trees", progress=False, **kwargs,
+        )  # fmt: skip
+
+    search().fit(X, y)
+    resumed = search(keep_oof=True, resume=True).fit(X, y)  # every trial restored
+    with pytest.raises(InvalidParameterError, match="trials a resume restored have them only"):
+        EnsembleSelection(resumed, ensemble_size=3, n_init=1).fit(X, y)
+
+
 def test_selection_from_a_registry_rebuilds_each_sub_spaces_trial_as_it_ran(client, iris, tmp_path):
     # Found by a probe: members were refitted from the registered best model, so a trial
     # of another sub-space kept the best trial's max_depth and criterion.

@@ -130,6 +130,10 @@ def _report_complete(cfg: Any, registry: str | None, json_: bool) -> bool:
         ensembles = [] if done is None else _experiment_ensembles(reg, cfg.name)
     if done is None:
         return False
+    if cfg.ensemble is not None and not ensembles:
+        # The search ended but its ensemble was never registered (the run was stopped or
+        # failed while selecting it): the resume restores every trial and selects it.
+        return False
     best, version = done.best, done.version
     result = {
         "experiment": done.experiment.name,

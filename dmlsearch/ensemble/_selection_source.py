@@ -87,6 +87,15 @@ def library_of(search: Any, registry: Any, max_candidates: int) -> Library:
             f"{type(search).__name__}",
         )
     refs = search_refs(search)
+    if not refs and any(t.state == COMPLETE for t in search.trials_):
+        # Trials restored by a resume of an experiment that ran without keep_oof.
+        raise InvalidParameterError(
+            "search",
+            "none of the search's completed trials has out-of-fold predictions: trials a "
+            "resume restored have them only if their experiment ran with keep_oof=True "
+            "(a file: with its ensemble section) from the start; run the experiment again "
+            "with it (`dmlsearch run --overwrite`, or a new experiment_name)",
+        )
     frame = search.trials_dataframe()
     values = dict(zip(frame["number"], frame["value"], strict=True))
     candidates = [
