@@ -40,8 +40,8 @@ def _taken(cfg: ExperimentConfig, registry: Any, overwrite: bool, resume_hint: s
                 Problem(
                     "name",
                     f"experiment {cfg.name!r} already exists in {registry.shown_url}; {resume_hint}"
-                    "`dmlsearch run --overwrite` replaces it, or pick another name "
-                    "(--set name=...)",
+                    "`dmlsearch run --overwrite` (overwrite=True) replaces it, or pick another "
+                    "name (--set name=...)",
                 )
             ]
         )
@@ -88,7 +88,7 @@ def run_experiment(
     _one_of(resume, overwrite)
     with make_registry(cfg, registry_url) as registry:
         exists = not resume and _taken(
-            cfg, registry, overwrite, "`dmlsearch resume` continues it, "
+            cfg, registry, overwrite, "`dmlsearch resume` (resume=True) continues it, "
         )
         X, y = load_data(cfg)
         _check_rows(cfg, X, y)
@@ -274,7 +274,7 @@ def run_training(
 
             check_resumable(registry, cfg.name, _train_of(cfg).epochs)
         exists = not resume and _taken(
-            cfg, registry, overwrite, "`dmlsearch resume` continues it, "
+            cfg, registry, overwrite, "`dmlsearch resume` (resume=True) continues it, "
         )
         X, y = load_data(cfg)
         with open_client(cfg) as opened, resolve_client(opened) as client:
