@@ -329,8 +329,31 @@ def _folds_changed(stored: dict[str, Any], cv: Any) -> str:
     return text + ")"
 
 
-def check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
-    """Refuse to resume an experiment that another driver may still be running.
+#: What each action on a running experiment would do, its parameter, and its CLI override.
+_ACTIONS = {
+    "resume": (
+        "resume",
+        "two drivers would do the same work and register two models",
+        "`dmlsearch resume FILE --force`",
+    ),
+    "overwrite": (
+        "overwrite",
+        "deleting it under that driver makes its run fail",
+        "`dmlsearch run FILE --overwrite --force`",
+    ),
+    "delete": (
+        "experiment",
+        "deleting it under that driver makes its run fail",
+        "`dmlsearch delete NAME --force`",
+    ),
+}
+
+
+def check_not_running(
+    registry: Registry, existing: ExperimentRecord, action: str = "resume"
+) -> None:
+    """Refuse to resume, overwrite or delete (``action``) an experiment that another
+    driver may still be running.
 
     A heuristic on what the registry holds (documented in docs/cli.md): a driver records
     its host, process id and start in the experiment's ``config["driver"]``. An experiment
@@ -341,16 +364,18 @@ def check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
     """
     if existing.status != "running" or os.environ.get(FORCE_RESUME, "") not in ("", "0"):
         return
+    param, harm, command = _ACTIONS[action]
     driver = existing.config.get("driver")
     driver = driver if isinstance(driver, dict) else {}
     host, pid = driver.get("host"), driver.get("pid")
     force = (
-        "if no driver runs it any more (killed, its machine lost), resume it now with "
-        f"`dmlsearch resume FILE --force` (or {FORCE_RESUME}=1 in the environment)"
+        f"if no driver runs it any more (killed, its machine lost), {action} it now with "
+        f"{command} (or {FORCE_RESUME}=1 in the environment)"
     )
     if host == socket.gethostname() and isinstance(pid, int) and os.name == "posix":
         if pid != os.getpid() and _alive(pid):
-            raise _running(existing.name, f"process {pid} on this host ({host}) runs it", force)
+            why = f"process {pid} on this host ({host}) runs it"
+            raise _running(param, existing.name, why, harm, force)
         return  # its driver on this host is gone (this process, or killed)
     opened = driver.get("opened")
     last = max(
@@ -363,19 +388,20 @@ def check_not_running(registry: Registry, existing: ExperimentRecord) -> None:
     if age < ACTIVE_SECONDS:
         where = f" on {host}" if isinstance(host, str) else ""
         raise _running(
+            param,
             existing.name,
             f"its last trial record or driver start{where} is {max(age, 0.0):.0f} s old",
-            f"{force}, or resume again in {ACTIVE_SECONDS - max(age, 0.0):.0f} s, when no "
+            harm,
+            f"{force}, or {action} again in {ACTIVE_SECONDS - max(age, 0.0):.0f} s, when no "
             f"record younger than {ACTIVE_SECONDS:.0f} s says it is in use",
         )
 
 
-def _running(name: str, why: str, force: str) -> InvalidParameterError:
+def _running(param: str, name: str, why: str, harm: str, force: str) -> InvalidParameterError:
     return InvalidParameterError(
-        "resume",
+        param,
         f"experiment {name!r} is running: {why}, so another driver may still be running it, "
-        f"and two would do the same work and register two models. Wait for it to end; "
-        f"{force}",
+        f"and {harm}. Wait for it to end; {force}",
     )
 
 

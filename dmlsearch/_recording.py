@@ -30,6 +30,7 @@ from ._evaluate import TrialOutcome
 from .exceptions import InvalidParameterError
 from .registry import (
     AlreadyExistsError,
+    ExperimentDeletedError,
     FormatError,
     ModelVersionRecord,
     NotFoundError,
@@ -205,7 +206,10 @@ class SearchRecorder:
     def _write(self) -> None:
         """One attempt at writing the buffer (one transaction); it is kept if that fails."""
         if self._buffer and self.experiment_id is not None:
-            self.store.record_trials(self.experiment_id, self._buffer)
+            try:
+                self.store.record_trials(self.experiment_id, self._buffer)
+            except NotFoundError:
+                raise self._deleted() from None
             self._buffer = []
         self._last_flush = time.monotonic()
         if self._outage_since is not None:
@@ -216,6 +220,13 @@ class SearchRecorder:
             )
         self._outage_since = None
         self._backoff = _FIRST_BACKOFF
+
+    def _deleted(self) -> ExperimentDeletedError:
+        return ExperimentDeletedError(
+            f"experiment {self.name!r} was deleted from the registry while this run recorded "
+            "it (`dmlsearch delete --force`, `run --overwrite --force` or "
+            "Registry.delete_experiment), so the run stopped: run it again to record it"
+        )
 
     def _failed(self, exc: RegistryUnavailableError) -> float:
         """Note a failed attempt; return the delay before the next one."""
@@ -327,6 +338,10 @@ class SearchRecorder:
                 self._retrying(
                     lambda: self.store.set_experiment_status(experiment_id, status), deadline
                 )
+        except (ExperimentDeletedError, NotFoundError):
+            # Nothing of it can be recorded any more; a failed run's own error says so.
+            if status == "complete":
+                warnings.warn(str(self._deleted()), RuntimeWarning, stacklevel=3)
         except Exception as exc:
             self._close_failed(status, exc)
         finally:

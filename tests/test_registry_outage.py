@@ -26,7 +26,12 @@ from sklearn.linear_model import LogisticRegression
 from dmlsearch import Registry, SearchCV
 from dmlsearch._evaluate import TrialOutcome
 from dmlsearch._recording import SearchRecorder
-from dmlsearch.registry import RegistryError, RegistryUnavailableError, SQLStore
+from dmlsearch.registry import (
+    ExperimentDeletedError,
+    RegistryError,
+    RegistryUnavailableError,
+    SQLStore,
+)
 from dmlsearch.testing.registry_contract import POSTGRES_URL, postgres_schema
 
 
@@ -177,6 +182,20 @@ def test_close_after_a_completed_search_warns_instead_of_failing(target: Target)
         recorder.add(_outcome(0))
         with pytest.warns(RuntimeWarning, match="resume=True reruns"):
             recorder.close("complete")
+
+
+def test_an_experiment_deleted_under_its_run_stops_it_with_one_error(target: Target):
+    # A probe deleted a running experiment: its driver printed two tracebacks.
+    recorder = _recorder(target)
+    recorder.add(_outcome(0))
+    recorder.tick()
+    target.registry.delete_experiment("exp")
+    recorder.add(_outcome(1))
+    with pytest.raises(ExperimentDeletedError, match="'exp' was deleted from the registry"):
+        recorder.tick()
+    recorder.close("failed")  # nothing to say beyond the error: no warning, no raise
+    with pytest.warns(RuntimeWarning, match="was deleted"):
+        recorder.close("complete")
 
 
 def test_register_model_retries_an_outage(target: Target):

@@ -101,6 +101,48 @@ def test_resume_force_skips_the_still_running_check_for_this_command_only(
         assert registry.experiment("quickstart-digits").status == "complete"
 
 
+def test_a_running_experiment_is_not_deleted_or_overwritten_without_force(
+    ran: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A probe deleted (or overwrote) an experiment a driver on this host still ran: that
+    # driver failed with two tracebacks.
+    import socket
+    import subprocess
+    import sys
+
+    from dmlsearch._experiment import FORCE_RESUME
+
+    monkeypatch.delenv(FORCE_RESUME, raising=False)
+    url, address = ran
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Registry(url) as registry:  # as a live driver on this host leaves it
+            exp = registry.experiment("quickstart-digits")
+            mine = {"host": socket.gethostname(), "pid": driver.pid}
+            registry.store.set_experiment_config(exp.id, {**exp.config, "driver": mine})
+            registry.store.set_experiment_status(exp.id, "running")
+        for args, words in (
+            (("delete", "quickstart-digits", "--yes", "--registry", url),
+             "`dmlsearch delete NAME --force`"),
+            (("run", QUICKSTART, *SMALL, *address, "--overwrite"),
+             "`dmlsearch run FILE --overwrite --force`"),
+        ):  # fmt: skip
+            refused = invoke(*args)
+            assert refused.exit_code == 2, refused.output
+            assert f"process {driver.pid} on this host" in refused.stderr
+            assert words in refused.stderr
+        with Registry(url) as registry:
+            assert len(registry.trials("quickstart-digits")) == 3  # nothing deleted
+        alone = invoke("run", QUICKSTART, *SMALL, *address, "--force")
+        assert alone.exit_code == 2 and "only with --overwrite" in alone.stderr
+        forced = invoke("delete", "quickstart-digits", "--yes", "--registry", url, "--force")
+        assert forced.exit_code == 0, forced.output
+        assert FORCE_RESUME not in os.environ
+    finally:
+        driver.kill()
+        driver.wait()
+
+
 def test_our_warnings_are_plain_lines_on_stderr(ran: tuple[str, list[str]]) -> None:
     # Found by a probe: Python's format printed dmlsearch's source file and line.
     url, address = ran

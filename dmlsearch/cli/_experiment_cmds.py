@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from shlex import quote
 from typing import TYPE_CHECKING, Annotated, Any
@@ -111,9 +113,22 @@ def run(
         ),
     ] = False,
     json_: JsonOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --overwrite: delete the experiment even if it may still be running "
+            "elsewhere (its driver was killed, its machine lost).",
+        ),
+    ] = False,
 ) -> None:
     """Run an experiment file. Every trial (or the training job) is recorded in the registry."""
-    _run(file, set_, registry, resume=False, progress=progress, json_=json_, overwrite=overwrite)
+    if force and not overwrite:
+        raise _fail("error: --force is used only with --overwrite (or with resume)", 2)
+    with _forced(force):
+        _run(
+            file, set_, registry, resume=False, progress=progress, json_=json_, overwrite=overwrite
+        )
 
 
 @app.command()
@@ -134,14 +149,21 @@ def resume(
     ] = False,
 ) -> None:
     """Continue the experiment of FILE. Recorded trials are not rerun; n_trials is the total."""
+    with _forced(force):
+        _run(file, set_, registry, resume=True, progress=progress, json_=json_)
+
+
+@contextmanager
+def _forced(force: bool) -> Iterator[None]:
+    """With ``force``, the still-running check is skipped for this command only (it is
+    read where the experiment is reopened or deleted, deep in the run)."""
     from .._experiment import FORCE_RESUME
 
-    # Read where the experiment is reopened, deep in the run; set for this command only.
     before = os.environ.get(FORCE_RESUME)
     if force:
         os.environ[FORCE_RESUME] = "1"
     try:
-        _run(file, set_, registry, resume=True, progress=progress, json_=json_)
+        yield
     finally:
         if before is None:
             os.environ.pop(FORCE_RESUME, None)
@@ -252,10 +274,22 @@ def delete(
     yes: YesOpt = False,
     registry: RegistryOpt = None,
     artifacts: ArtifactsOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Delete it even if it may still be running elsewhere (its driver was "
+            "killed, its machine lost).",
+        ),
+    ] = False,
 ) -> None:
     """Delete an experiment. Its trials go too, and artifacts nothing else refers to."""
+    from .._experiment import check_not_running
+
     with _open_registry(registry, artifacts) as reg:
         exp = _experiment(reg, experiment)
+        with _forced(force):
+            check_not_running(reg, exp, "delete")
         n_trials = reg.store.count_trials(exp.id)
         if not yes:
             _confirm(

@@ -31,10 +31,14 @@ def _taken(cfg: ExperimentConfig, registry: Any, overwrite: bool, resume_hint: s
     from ..registry import NotFoundError
 
     try:
-        registry.experiment(cfg.name)
+        existing = registry.experiment(cfg.name)
     except NotFoundError:
         return False
-    if not overwrite:
+    if overwrite:
+        from .._experiment import check_not_running
+
+        check_not_running(registry, existing, "overwrite")
+    else:
         raise ConfigError(
             [
                 Problem(

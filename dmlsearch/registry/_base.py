@@ -67,6 +67,12 @@ class NotFoundError(RegistryError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ExperimentDeletedError(RegistryError):
+    """The experiment a run records was deleted from the registry under it (``dmlsearch
+    delete --force``, ``run --overwrite --force``, :meth:`Registry.delete_experiment`): the
+    run stops, as nothing more of it can be recorded."""
+
+
 class AlreadyExistsError(RegistryError):
     """A name that must be unique is taken."""
 
