@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def test_resume_force_skips_the_still_running_check_for_this_command_only(
     refused = invoke("resume", QUICKSTART, *SMALL, *more, *address)
     assert refused.exit_code == 2, refused.output
     assert "another driver may still be running it" in refused.stderr
-    assert "`dmlsearch resume FILE --force`" in refused.stderr
+    assert f"`dmlsearch resume {shlex.quote(str(QUICKSTART))} --force`" in refused.stderr
     forced = invoke("resume", QUICKSTART, *SMALL, *more, *address, "--force")
     assert forced.exit_code == 0, forced.output
     assert FORCE_RESUME not in os.environ  # nothing left set for what runs next
@@ -125,7 +126,7 @@ def test_a_running_experiment_is_not_deleted_or_overwritten_without_force(
             (("delete", "quickstart-digits", "--yes", "--registry", url),
              "`dmlsearch delete NAME --force`"),
             (("run", QUICKSTART, *SMALL, *address, "--overwrite"),
-             "`dmlsearch run FILE --overwrite --force`"),
+             f"`dmlsearch run {shlex.quote(str(QUICKSTART))} --overwrite --force`"),
         ):  # fmt: skip
             refused = invoke(*args)
             assert refused.exit_code == 2, refused.output

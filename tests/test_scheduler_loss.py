@@ -252,3 +252,40 @@ def test_scheduler_killed_mid_asha_search(tmp_path: Path) -> None:
         assert len(steps) >= 3
         assert set(steps["state"]) == {"complete"}
         assert registry.experiment(name).status != "running"
+
+
+def test_scheduler_killed_mid_training_job(tmp_path: Path) -> None:
+    # A probe saw two tracebacks here: the gang's watcher met the closed client first.
+    import torch
+
+    from dmlsearch.training import DataParallelTrainer
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(256, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    url, artifacts = f"sqlite:///{tmp_path / 'registry.db'}", str(tmp_path / "artifacts")
+    name = "scheduler-loss-training"
+
+    def run(address: str) -> None:
+        DataParallelTrainer(
+            lambda: torch.nn.Linear(4, 2),
+            torch.nn.functional.cross_entropy,
+            lambda params: torch.optim.SGD(params, lr=0.01),
+            epochs=100_000,  # far more than runs before the kill
+            batch_size=8,
+            n_workers=1,
+            client=address,
+            registry=Registry(url, artifacts),
+            experiment_name=name,
+        ).fit(X, y)
+
+    def training(address: str) -> bool:
+        try:
+            with Registry(url, artifacts, create=False) as registry:
+                return registry.experiment(name).status == "running"
+        except Exception:  # not created yet
+            return False
+
+    error, ended_after, address = killed_mid_run(tmp_path, run, training)
+    check_lost(error, address, ended_after)
+    assert "`dmlsearch resume FILE`; in Python resume=True" in str(error)

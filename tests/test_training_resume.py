@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -263,7 +264,8 @@ def test_an_interrupted_job_is_recorded_so_and_resumes(
     file = _experiment(tmp_path, "stopped", "block", cluster=cluster)
     checkpoint, code, stderr = _kill_after_checkpoint(file, url, "stopped", sig)
     assert code == exit_code, stderr
-    assert "`dmlsearch resume FILE` continues it from its last checkpoint" in stderr
+    # The file it ran, not a placeholder (a probe asked which file "FILE" was).
+    assert f"`dmlsearch resume {shlex.quote(str(file))}` continues it from its last" in stderr
     shown = json.loads(_invoke(url, "show", "stopped", "--json").stdout)
     assert shown["status"] == "interrupted"
     assert shown["checkpoint"] == {"epoch": AFTER, "sha256": checkpoint["sha256"]}
@@ -321,7 +323,7 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
         refused = _invoke(url, "resume", file, *address)
         assert refused.exit_code == 2, refused.output
         assert f"process {alive.pid} on this host" in refused.stderr
-        assert "`dmlsearch resume FILE --force`" in refused.stderr
+        assert f"`dmlsearch resume {shlex.quote(str(file))} --force`" in refused.stderr
         (tmp_path / "gate").touch()
         resumed = _invoke(url, "resume", file, *address, "--force")
     finally:

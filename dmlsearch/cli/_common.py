@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -79,8 +81,25 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
+#: The experiment file the running command read: messages name it in place of ``FILE``.
+CURRENT_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "dmlsearch_cli_file", default=None
+)
+
+
+def _with_file(message: str) -> str:
+    """``dmlsearch resume FILE`` as ``dmlsearch resume experiments/x.yaml`` when known."""
+    file = CURRENT_FILE.get()
+    if file is None:
+        return message
+    shown = shlex.quote(str(file))
+    for command in ("resume", "run"):
+        message = message.replace(f"`dmlsearch {command} FILE", f"`dmlsearch {command} {shown}")
+    return message
+
+
 def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(message, err=True)
+    typer.echo(_with_file(message), err=True)
     return typer.Exit(code)
 
 
@@ -194,8 +213,12 @@ def _os_error(exc: OSError) -> str:
 def _handled(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with _errors():
-            return func(*args, **kwargs)
+        token = CURRENT_FILE.set(None)
+        try:
+            with _errors():
+                return func(*args, **kwargs)
+        finally:
+            CURRENT_FILE.reset(token)
 
     return wrapper  # type: ignore[return-value]
 

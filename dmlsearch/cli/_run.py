@@ -11,7 +11,15 @@ import typer
 
 from .._errors import error_headline
 from ..exceptions import AllTrialsFailedError, DmlsearchError
-from ._common import _console, _deleted, _echo_json, _fail, _probe_registry, _registry_url
+from ._common import (
+    CURRENT_FILE,
+    _console,
+    _deleted,
+    _echo_json,
+    _fail,
+    _probe_registry,
+    _registry_url,
+)
 
 
 def _run(
@@ -26,6 +34,7 @@ def _run(
 ) -> None:
     import time
 
+    CURRENT_FILE.set(file)  # for the messages of this command (reset by its _handled)
     from ..config import load_config, run_experiment
 
     cfg = load_config(file, overrides or ())

@@ -387,4 +387,7 @@ class DashboardReporter(RunObserver):
             self._outbox = []
             self._delivered_cond.notify_all()
         if not already:
-            logger.warning(message, *args)
+            # A client that lost its scheduler: the run's own error says so, and the
+            # events' AttributeError or CancelledError would only be noise before it.
+            gone = str(getattr(self.client, "status", "running")) != "running"
+            (logger.debug if gone else logger.warning)(message, *args)

@@ -289,12 +289,19 @@ def _lost_scheduler(
     status = str(getattr(client, "status", "running"))
     if not isinstance(exc, ClosedClientError) and status == "running":
         return None
+    # A closed client's own message ("Can't send cancel-keys message") is noise.
+    detail = "" if isinstance(exc, ClosedClientError) else f"; {_one_line(exc)}"
     return SchedulerLostError(
-        f"lost the Dask scheduler at {address or '(unknown address)'} during the run (the client is {status}; "
-        f"{type(exc).__name__}: {str(exc).strip() or 'no message'}). What was recorded "
-        "before stays recorded: start a new cluster and run again with resume=True (same "
-        "registry and experiment_name) to finish"
+        f"lost the Dask scheduler at {address or '(unknown address)'} during the run (the "
+        f"client is {status}{detail}). What was recorded before stays recorded: start a new "
+        "cluster and resume it to finish (`dmlsearch resume FILE`; in Python resume=True, "
+        "with the same registry and experiment_name)"
     )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else 'no message'}"
 
 
 @contextmanager

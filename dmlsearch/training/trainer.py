@@ -39,7 +39,7 @@ from ..exceptions import (
     TrainingError,
 )
 from ..registry import FormatError, ModelVersionRecord, RegistryError
-from ..runner.cluster import cluster_shape, resolve_client
+from ..runner.cluster import cluster_shape, resolve_client, scheduler_loss
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, Start, state_bytes, state_from_bytes
 from ._checks import SYNCS, check_name, check_params, diverged, initial_model
@@ -225,7 +225,8 @@ class DataParallelTrainer(BaseEstimator):
                 self.experiment_id_ = record.id
             self._record = record  # each checkpoint is recorded in it (_keep)
             try:
-                results, start, k = self._watched(client, Xa, ya, model, start, seed, record)
+                with scheduler_loss(client):
+                    results, start, k = self._watched(client, Xa, ya, model, start, seed, record)
             finally:
                 self._record = None
         self._fitted(model, results, start, k)
