@@ -434,7 +434,7 @@ def test_validate_reports_every_problem(in_tmp: Path) -> None:
         ),
         (
             ["--set", "cluster={address: 'tcp://127.0.0.1:9', connect_timeout: 1}"],
-            ["cluster.address: cannot reach a Dask scheduler at tcp://127.0.0.1:9"],
+            ["cluster.address: cannot reach a Dask scheduler at tcp://127.0.0.1:9", "refused"],
         ),
         (["--set", "search.n_trials"], ["expected key.path=value"]),
         (["--set", "version=2"], ["schema version 2", "upgrade dmlsearch"]),

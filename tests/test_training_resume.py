@@ -332,6 +332,8 @@ def test_a_failed_job_resumes_unless_its_settings_changed(tmp_path: Path, client
     assert resumed.exit_code == 0, resumed.output
     assert f"resumed from the checkpoint of epoch {AFTER}" in resumed.stdout
     assert f"epochs {AFTER + 1}..{EPOCHS} trained now" in resumed.stdout
+    # Not "trained 6 epochs" when the run trained only those after the checkpoint.
+    assert f"{EPOCHS} epochs, {EPOCHS - AFTER} trained in this run, on" in resumed.stdout
     shown = json.loads(_invoke(url, "show", "failing", "--json").stdout)
     assert shown["status"] == "complete" and shown["checkpoint"] is None
     assert [r["epoch"] for r in shown["resumes"]] == [AFTER]

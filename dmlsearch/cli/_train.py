@@ -86,8 +86,16 @@ def run_training_job(
         _echo_json(result)
         return
     console = _console()
+    # A resume trains only the epochs after its checkpoint (the history holds them all).
+    resumed = result["resumed"]
+    trained = (
+        f"trained {len(history)} epochs"
+        if resumed is None
+        else f"{len(history)} epochs, {max(len(history) - int(resumed['epoch']), 0)} "
+        "trained in this run,"
+    )
     console.print(
-        f"[bold]{cfg.name}[/bold]: trained {len(history)} epochs on {trainer.n_workers_} "
+        f"[bold]{cfg.name}[/bold]: {trained} on {trainer.n_workers_} "
         f"workers (sync {trainer.sync}) in {elapsed:.1f}s; final loss "
         f"[bold]{_cell(result['final_loss'])}[/bold]"
     )

@@ -217,8 +217,9 @@ def open_client(cfg: ExperimentConfig) -> Iterator[Client | None]:
                 [
                     Problem(
                         "cluster.address",
-                        f"cannot reach a Dask scheduler at {section.address} within {timeout:g}s "
-                        f"({type(exc).__name__}); start one with `dask scheduler` or fix the address",
+                        f"cannot reach a Dask scheduler at {section.address} "
+                        f"({_why_unreachable(exc, float(timeout))}); start one with "
+                        "`dask scheduler` or fix the address",
                     )
                 ]
             ) from None
@@ -384,3 +385,11 @@ def summary(cfg: ExperimentConfig) -> dict[str, Any]:
         "ensemble": None if cfg.ensemble is None else cfg.ensemble.model_dump(),
         **where,
     }
+
+
+def _why_unreachable(exc: BaseException, timeout: float) -> str:
+    """``connection refused: nothing listens there`` at once, or ``no answer within 5s``."""
+    refused = isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower()
+    if refused:
+        return "connection refused: nothing listens on that port"
+    return f"no answer within {timeout:g}s ({type(exc).__name__})"

@@ -356,8 +356,8 @@ class _Shortage:
                     f"{self.name}: each trial trains on {self.k} workers at once and the "
                     f"cluster has had fewer ({n_workers}) for {self.timeout:.0f} s "
                     "(dmlsearch.no-workers-timeout), so the search cannot go on; start "
-                    "workers (or check why they die) and run it again (finished trials "
-                    "stay recorded)"
+                    "workers (or check why they die) and resume it (finished trials stay "
+                    "recorded)"
                 )
 
     def over(self) -> None:

@@ -168,8 +168,8 @@ class WorkLoop(Generic[P, R]):
             raise NoWorkersError(
                 f"the cluster has had no workers for {self.no_workers_timeout:.0f} s "
                 "(dmlsearch.no-workers-timeout), so "
-                f"{self.name} cannot go on; start workers (or check why they die) and run "
-                "it again (finished work stays recorded)"
+                f"{self.name} cannot go on; start workers (or check why they die) and "
+                "resume it (finished work stays recorded)"
             )
 
     def _wait_for_a_worker(self) -> None:
@@ -207,9 +207,14 @@ class WorkLoop(Generic[P, R]):
                         f"could not send {self.name}'s data to any worker for "
                         f"{self.no_workers_timeout:.0f} s (dmlsearch.no-workers-timeout; "
                         f"{exc}); check that the cluster has live workers, not paused ones "
-                        "(a worker past its memory limit's pause threshold takes no data)"
+                        "(a worker past its memory limit's pause threshold takes no data), "
+                        "and resume it (finished work stays recorded)"
                     ) from exc
-                logger.warning("scatter failed (%s); retrying", exc)
+                logger.warning(
+                    "dmlsearch: could not send %s's data to a worker (%s); trying again",
+                    self.name,
+                    exc,
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 4.0)
 

@@ -498,6 +498,8 @@ class DataParallelTrainer(BaseEstimator):
                 if last
                 else "no checkpoint was taken"
             )
+            if last and self.registry is not None and self.experiment_name is not None:
+                where += "; resume=True (`dmlsearch resume FILE`) continues from it"
             raise TrainingError(
                 f"training failed: {exc}; {where}",
                 worker=exc.worker,
