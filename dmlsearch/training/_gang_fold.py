@@ -166,8 +166,10 @@ def _trainer(net: Any, k: int, seed: int, timeout: float, epochs: int) -> DataPa
         epochs=epochs,
         batch_size=int(net.batch_size) // k,
         sync=options["sync"],
-        average_every=int(options["average_every"]),
-        staleness=options["staleness"],
+        # The other models' options apply where their sync is chosen (a search space may
+        # pair them with several trainer__sync choices); the trainer refuses them otherwise.
+        average_every=int(options["average_every"]) if options["sync"] == "average" else 1,
+        staleness=options["staleness"] if options["sync"] == "ssp" else None,
         shuffle=bool(net.get_params_for("iterator_train").get("shuffle", False)),
         random_state=seed,
         checkpoint_every=None,
