@@ -31,7 +31,6 @@ from ._scoring import scorer_takes_weight
 from ._search_support import (
     PhaseClock,
     check_failures,
-    ending,
     page_told,
     resolve_seed,
     strategy_name,
@@ -377,7 +376,7 @@ def fit_multifidelity(
                 recorder.close("complete")
     except BaseException as exc:
         if recorder is not None:
-            recorder.close(ending(exc))
+            recorder.ended_by(exc)
         elif registry is not None and registry is not search.registry:
             registry.close()
         raise

@@ -134,6 +134,7 @@ class SearchRecorder:
         self._buffer: list[TrialRecord] = []
         self._last_flush = time.monotonic()
         self.experiment_id: int | None = None
+        self.created = False  # by this run (not a resume)
         self.retry_seconds = retry_seconds
         # Outage state: when it began, the next attempt's time and the current backoff.
         self._outage_since: float | None = None
@@ -181,8 +182,27 @@ class SearchRecorder:
                 "continue it, or choose another name",
             ) from None
         self.experiment_id = exp.id
+        self.created = True
         self.store.set_experiment_status(exp.id, "running")
         return None
+
+    def ended_by(self, exc: BaseException) -> None:
+        """Close after ``exc``. A refusal (InvalidParameterError) before any trial of an
+        experiment this run created removes it: a record of nothing would only make the
+        fixed run meet its name (``already exists``)."""
+        if (
+            isinstance(exc, InvalidParameterError)
+            and self.created
+            and not self._buffer
+            and self.experiment_id is not None
+        ):
+            try:
+                if self.store.count_trials(self.experiment_id) == 0:
+                    self.store.delete_experiment(self.experiment_id)
+                    self.experiment_id = None
+            except Exception:  # the refusal is what the user must see
+                logger.debug("dmlsearch: removing the refused experiment failed", exc_info=True)
+        self.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
 
     @property
     def pending(self) -> int:

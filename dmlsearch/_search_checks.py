@@ -165,16 +165,15 @@ def _check_gang(search: SearchCV) -> None:
         from .runner.gang_rungs import check_gang_resource
 
         check_gang_resource(search.resource, k, search.estimator)
-    for param, value, default in (
-        ("keep_oof", search.keep_oof, False),
-        ("trial_timeout", search.trial_timeout, None),
+    for param, value, default, why in (
+        ("keep_oof", search.keep_oof, False, "gang trials keep no out-of-fold predictions"),
+        ("trial_timeout", search.trial_timeout, None, "a gang's collective has its own timeout"),
     ):
         if value != default:
             raise InvalidParameterError(
                 param,
                 f"{param}={value!r} does not combine with workers_per_trial="
-                f"{search.workers_per_trial} yet (a gang's collective has its own timeout); "
-                f"drop it or use workers_per_trial=1",
+                f"{search.workers_per_trial} yet ({why}); drop it or use workers_per_trial=1",
             )
 
 

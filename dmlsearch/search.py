@@ -32,7 +32,6 @@ from ._search_checks import check_early_stopping, validate_search
 from ._search_support import (
     PhaseClock,
     check_failures,
-    ending,
     page_told,
     resolve_seed,
     strategy_name,
@@ -386,7 +385,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     recorder.close("complete")
         except BaseException as exc:
             if recorder is not None:
-                recorder.close(ending(exc))
+                recorder.ended_by(exc)
             elif registry is not None and registry is not self.registry:
                 registry.close()
             raise

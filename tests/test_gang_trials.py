@@ -66,7 +66,7 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
         (dict(estimator=xgb, workers_per_trial=3), "the cluster has 2 workers"),
         (dict(estimator=xgb, workers_per_trial=0), "must be an int >= 1"),
         (dict(estimator=LogisticRegression(), workers_per_trial=2), "XGBClassifier"),
-        (dict(estimator=xgb, workers_per_trial=2, keep_oof=True), "keep_oof"),
+        (dict(estimator=xgb, workers_per_trial=2, keep_oof=True), "keep no out-of-fold"),
         (dict(estimator=xgb, workers_per_trial=2, trial_timeout=5.0), "trial_timeout"),
         (
             dict(
@@ -86,6 +86,29 @@ def test_bad_gang_settings_fail_before_any_work(client, data):
         with pytest.raises(InvalidParameterError, match=text):
             search.fit(X, y)
         assert not hasattr(search, "trials_")
+
+
+def test_a_refusal_before_any_trial_leaves_no_experiment_behind(client, data, tmp_path):
+    # A probe's refused run left a 'failed' experiment of 0 trials: the fixed run then met
+    # "already exists".
+    from dmlsearch import Registry
+
+    X, y = data
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+
+    def search(k: int) -> SearchCV:
+        return SearchCV(
+            xgboost.XGBClassifier(n_estimators=3), {"max_depth": [2]}, cv=2, client=client,
+            workers_per_trial=k, registry=url, experiment_name="gang", progress=False,
+        )  # fmt: skip
+
+    with pytest.raises(InvalidParameterError, match="the cluster has 2 workers"):
+        search(3).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="LabelEncoder"):
+        search(2).fit(X, y + 1)
+    with Registry(url) as registry:
+        assert registry.experiments().empty
+    assert len(search(2).fit(X, y).trials_) == 1
 
 
 def test_early_stopping_is_refused_as_not_available_with_gangs(client, data):
@@ -122,6 +145,9 @@ def test_inputs_a_gang_cannot_split_as_they_are_are_refused_before_any_work(clie
         # Text labels failed on a worker, in each fold ("Unicode-3 is not supported").
         (X, words, "y", r"y has dtype <U3: .*LabelEncoder"),
         (X, pd.Series(words, dtype="category"), "y", "y has dtype category: .*LabelEncoder"),
+        # Numbers other than 0 .. n - 1 failed on the workers after the search began.
+        (X, y + 1, "y", r"0 \.\. n_classes - 1, and y has 1, 2: .*LabelEncoder"),
+        (X, np.where(y > 0, 1, -1), "y", r"y has -1, 1: .*LabelEncoder"),
     ]
     for X_bad, y_bad, param, text in cases:
         xgb = xgboost.XGBClassifier(n_estimators=2, enable_categorical=True)

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import dask
 import numpy as np
 from distributed import Client
-from sklearn.base import clone
+from sklearn.base import clone, is_classifier
 from sklearn.utils.metaestimators import _safe_split
 
 from .._evaluate import EvalContext, SearchData, TrialOutcome, TrialSpec
@@ -140,7 +140,7 @@ def check_data_parallel_refit(estimator: Any) -> None:
         check_data_parallel(estimator)
 
 
-def _check_gang_parts(X: Any, y: Any) -> None:
+def _check_gang_parts(X: Any, y: Any, classifier: bool = False) -> None:
     """InvalidParameterError for an ``X`` that :func:`_parts` cannot split into dense
     NumPy parts as it is: a sparse matrix, or text and categorical columns (their dtype
     would be lost, and xgboost fail on a worker or train on codes as numbers); or for
@@ -155,6 +155,19 @@ def _check_gang_parts(X: Any, y: Any) -> None:
             "encode them first, e.g. y = sklearn.preprocessing.LabelEncoder()"
             ".fit_transform(y) (its inverse_transform maps predictions back)",
         )
+    if classifier and y is not None:
+        # xgboost's Dask engine trains on the labels as they are: its classifiers need
+        # 0 .. n_classes - 1 and fail on each worker otherwise, after the search began.
+        labels = np.unique(np.asarray(y))
+        if not np.array_equal(labels, np.arange(len(labels))):
+            shown = ", ".join(map(str, labels[:5].tolist())) + (", ..." if len(labels) > 5 else "")
+            raise InvalidParameterError(
+                "y",
+                f"workers_per_trial > 1 trains with xgboost's Dask engine, which takes a "
+                f"classifier's labels as 0 .. n_classes - 1, and y has {shown}: encode them "
+                "first, e.g. y = sklearn.preprocessing.LabelEncoder().fit_transform(y) (its "
+                "inverse_transform maps predictions back)",
+            )
 
     hint = "or use workers_per_trial=1, which takes it as it is"
     if hasattr(X, "tocsr"):
@@ -481,7 +494,7 @@ class GangTrialRunner:
 
             check_X(data.X)
         else:
-            _check_gang_parts(data.X, data.y)
+            _check_gang_parts(data.X, data.y, classifier=is_classifier(estimator))
 
     def _check_cluster(self) -> int:
         n_workers = len(alive_workers(self.client))
