@@ -810,9 +810,38 @@ def test_build_search_maps_workers_per_trial_for_a_model_that_takes_gangs() -> N
             "model=xgboost.XGBClassifier",
             "search.space={max_depth: [2, 3]}",
             "search.workers_per_trial=2",
+            "cluster.local.n_workers=2",
         ],
     )
     assert build_search(cfg).get_params()["workers_per_trial"] == 2
+
+
+def test_what_a_gang_run_would_refuse_is_refused_by_validation() -> None:
+    # A probe: each of these validated, then `dmlsearch run` refused it seconds later.
+    pytest.importorskip("xgboost")
+    base = [
+        "model=xgboost.XGBClassifier",
+        "search.space={max_depth: [2, 3]}",
+        "search.workers_per_trial=2",
+        "cluster.local.n_workers=2",
+    ]
+    cases = [
+        ("cluster.local.n_workers=1", "search.workers_per_trial", "use at most 1"),
+        ("search.trial_timeout=30", "search.trial_timeout", "own timeout"),
+        (
+            "scheduler={kind: asha, resource: n_samples, max_resource: 90}",
+            "scheduler.resource",
+            "resource='n_estimators'",
+        ),
+        (
+            "model={class: xgboost.XGBClassifier, params: {early_stopping_rounds: 3}}",
+            "model",
+            "needs fit's eval_set, which an experiment file cannot pass",
+        ),
+    ]
+    for override, path, words in cases:
+        found = problems(dump(VALID), overrides=[*base, override])
+        assert words in found[path].message, (override, found)
 
 
 @pytest.mark.parametrize("store", ["false", "auto", "/shared/states"])

@@ -132,6 +132,37 @@ class ExperimentConfig(_Section):
                 train.n_workers,
             )
 
+    def _check_gang(self, search: SearchSection, estimator: Any, problems: _Problems) -> None:
+        """What the run would refuse about trials on gangs of ``workers_per_trial``."""
+        k = search.workers_per_trial
+        why = _gang_problem(k, estimator)
+        if why is not None:
+            problems.add(("search", "workers_per_trial"), why, k)
+            return
+        local = self.cluster.local if self.cluster is not None else None
+        if local is not None and local.n_workers is not None and k > local.n_workers:
+            problems.add(
+                ("search", "workers_per_trial"),
+                f"each trial trains on {k} workers at once and the cluster has "
+                f"{local.n_workers} (cluster.local.n_workers): use at most {local.n_workers}",
+                k,
+            )
+        if search.trial_timeout is not None:
+            problems.add(
+                ("search", "trial_timeout"),
+                f"does not combine with workers_per_trial: {k} yet (a gang's collective has "
+                "its own timeout): remove it, or set workers_per_trial: 1",
+            )
+        if self.scheduler is not None:
+            from ..exceptions import InvalidParameterError
+            from ..runner.gang_rungs import check_gang_resource
+
+            try:
+                check_gang_resource(self.scheduler.resource, k, estimator)
+            except InvalidParameterError as exc:
+                message = str(exc).removeprefix(f"{exc.param}: ")
+                problems.add(("scheduler", "resource"), message, self.scheduler.resource)
+
     def _check_search(
         self, model: ModelSection, search: SearchSection, problems: _Problems
     ) -> None:
@@ -168,9 +199,10 @@ class ExperimentConfig(_Section):
                 problems.add(("scheduler", "resource"), why, resource)
         k = search.workers_per_trial
         if k > 1:
-            why = _gang_problem(k, estimator)
-            if why is not None:
-                problems.add(("search", "workers_per_trial"), why, k)
+            self._check_gang(search, estimator, problems)
+        why = _early_stopping_problem(estimator, search.space, k)
+        if why is not None:
+            problems.add(("model",), why)
         if self.ensemble is not None:
             # Selection needs every trial's out-of-fold predictions (keep_oof).
             for needs, what in (
@@ -193,6 +225,22 @@ class ExperimentConfig(_Section):
                     f"({net}), which the registry can save only with pickle (a run never "
                     "pickles): make the net itself the model, or remove the ensemble section",
                 )
+
+
+def _early_stopping_problem(estimator: Any, space: Any, k: int) -> str | None:
+    """xgboost early stopping, which needs fit's eval_set: a file cannot pass one."""
+    from .._search_checks import check_early_stopping
+    from ..exceptions import InvalidParameterError
+
+    try:
+        check_early_stopping(estimator, space, {}, k)
+    except InvalidParameterError as exc:
+        return (
+            f"{exc.param}: xgboost's early stopping needs fit's eval_set, which an experiment "
+            "file cannot pass: drop it, and let a scheduler section stop poor trials "
+            "(scheduler: {kind: asha, resource: n_estimators, max_resource: ...})"
+        )
+    return None
 
 
 def _gang_problem(k: int, estimator: Any) -> str | None:
