@@ -84,6 +84,35 @@ def _names(estimator: Any, params: Mapping[str, Any]) -> set[str]:
     return names
 
 
+#: How close a name taken by ``**kwargs`` must be to a known parameter to count as its
+#: misspelling: no xgboost booster parameter or alias comes within 0.8 of the scikit-learn
+#: wrapper's parameters, and ``max_dept``, ``learning_rat``, ``subsampel`` are above 0.85.
+MISSPELT_CUTOFF = 0.85
+
+
+def misspelt(estimator: Any, name: str) -> str | None:
+    """The parameter ``name`` (``clf__max_dept``) misspells, at its level of
+    ``estimator.get_params(deep=True)`` (``clf__max_depth``), or None.
+
+    An estimator taking any keyword (xgboost's ``**kwargs``) sets a misspelt name without
+    a word, and the model ignores it: the run is not the experiment written.
+    """
+    import difflib
+
+    try:
+        known = set(estimator.get_params(deep=True))
+    except Exception:  # no get_params: nothing to compare with
+        return None
+    if name in known:
+        return None
+    owner, _, leaf = name.rpartition("__")
+    prefix = f"{owner}__" if owner else ""
+    level = [k[len(prefix) :] for k in known if k.startswith(prefix)]
+    level = [k for k in level if "__" not in k]
+    close = difflib.get_close_matches(leaf, level, n=1, cutoff=MISSPELT_CUTOFF)
+    return f"{prefix}{close[0]}" if close else None
+
+
 def set_params_accepts(estimator: Any, params: Mapping[str, Any], name: str) -> bool:
     """Whether ``set_params`` takes ``name`` on a clone of ``estimator``, once what
     ``params`` puts at its owners (``clf`` for ``clf__C``) and its steps are set.
@@ -98,6 +127,8 @@ def set_params_accepts(estimator: Any, params: Mapping[str, Any], name: str) -> 
             return clone(value, safe=False)
         return value
 
+    if misspelt(estimator, name) is not None:
+        return False  # set_params would take it (**kwargs) and the model ignore it
     context = {
         key: copied(value)
         for key, value in params.items()

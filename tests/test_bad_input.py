@@ -275,6 +275,17 @@ def test_each_bad_parameter_is_named_before_any_work(
     assert error.param == param, error
 
 
+def test_a_misspelt_xgboost_parameter_is_refused_though_xgboost_takes_any(
+    no_work: None, data: Any
+) -> None:
+    xgboost = pytest.importorskip("xgboost")
+    error = fit_outcome(data, estimator=xgboost.XGBClassifier(), search_space={"max_dept": [2]})
+    assert isinstance(error, InvalidParameterError) and error.param == "search_space"
+    assert "did you mean 'max_depth'?" in str(error)
+    eta = fit_outcome(data, estimator=xgboost.XGBClassifier(), search_space={"eta": [0.1]})
+    assert eta is None  # a booster alias the wrapper does not name goes through
+
+
 def test_refit_naming_another_metric_than_the_one_scorer_is_refused(
     no_work: None, data: Any
 ) -> None:

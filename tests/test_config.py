@@ -579,6 +579,22 @@ def test_estimators_taking_any_keyword_accept_any_name(tmp_path: Path) -> None:
     assert type(build_model(cfg).named_steps["clf"]).__name__ == "AnyKeywords"
 
 
+def test_a_misspelt_name_of_an_estimator_taking_any_keyword_is_refused() -> None:
+    # xgboost takes any keyword; with verbosity 0 a probe's `max_dept` was silently ignored.
+    pytest.importorskip("xgboost")
+    base = ["model={class: xgboost.XGBClassifier, params: {verbosity: 0}}",
+            "search.space={max_depth: [2, 3]}"]  # fmt: skip
+    found = problems(dump(VALID), overrides=[*base, "model.params.max_dept=3"])
+    assert "did you mean 'max_depth'?" in found["model.params.max_dept"].message
+    found = problems(dump(VALID), overrides=[*base, "search.space.learning_rat=[0.1, 0.3]"])
+    assert "did you mean 'learning_rate'?" in found["search.space.learning_rat"].message
+    # Booster parameters and aliases the wrapper does not name stay accepted.
+    cfg = parse_config(
+        dump(VALID), overrides=[*base, "model.params.eta=0.1", "search.space.alpha=[0, 1]"]
+    )
+    assert build_model(cfg).get_params()["eta"] == 0.1
+
+
 def test_space_names_that_set_params_takes_are_accepted() -> None:
     """xgboost's eta is a **kwargs parameter: get_params omits it, set_params takes it."""
     pytest.importorskip("xgboost")

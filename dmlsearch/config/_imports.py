@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import inspect
@@ -169,6 +170,39 @@ def _spec_params(
     return params
 
 
+def _known_params(cls: Any, named: list[str]) -> list[str]:
+    """The named constructor arguments and what a default instance's ``get_params`` lists
+    (xgboost's wrappers name only ``objective`` and take the rest as ``**kwargs``)."""
+    try:
+        listed = list(cls().get_params(deep=False))
+    except Exception:  # a class that needs arguments: its named ones are all we know
+        listed = []
+    return sorted({*named, *listed})
+
+
+def _misspelt_keywords(
+    name: str, params: dict[str, Any], accepted: list[str], loc: Loc, problems: _Problems
+) -> list[str]:
+    """The names close to a parameter of an estimator that takes any keyword (each
+    recorded): it would set them without a word, and its model ignore them."""
+    from .._validation import MISSPELT_CUTOFF
+
+    bad = []
+    for given in params:
+        if given in accepted or "__" in given:
+            continue
+        close = difflib.get_close_matches(given, accepted, n=1, cutoff=MISSPELT_CUTOFF)
+        if close:
+            bad.append(given)
+            problems.add(
+                (*loc, "params", given),
+                f"{name} has no parameter {given!r}; did you mean {close[0]!r}? ({name} takes "
+                "any keyword, and its model would ignore this one)",
+                given,
+            )
+    return bad
+
+
 def _checked_params(
     cls: Any, params: dict[str, Any], loc: Loc, problems: _Problems, supplied: tuple[str, ...] = ()
 ) -> tuple[dict[str, Any], int] | None:
@@ -183,12 +217,15 @@ def _checked_params(
         signature = inspect.signature(cls)
     except (TypeError, ValueError):
         return params, 0
-    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
-        accepted = [
-            p.name
-            for p in signature.parameters.values()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        ]
+    accepted = [
+        p.name
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        if hasattr(cls, "get_params"):  # an estimator taking any keyword (xgboost's)
+            unknown = _misspelt_keywords(name, params, _known_params(cls, accepted), loc, problems)
+    else:
         for bad in params:
             if bad not in accepted:
                 unknown.append(bad)
@@ -197,7 +234,7 @@ def _checked_params(
                     f"{name} has no parameter {bad!r}{_suggest(bad, accepted)}",
                     bad,
                 )
-        params = {k: v for k, v in params.items() if k not in unknown}
+    params = {k: v for k, v in params.items() if k not in unknown}
     try:
         signature.bind(**params, **dict.fromkeys(supplied))
     except TypeError as exc:
