@@ -581,6 +581,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             "scoring": repr(self.scoring),
             "refit": repr(self.refit),
             "seed": seed,
+            "workers_per_trial": self.workers_per_trial,
             "estimator_spec": describe_value(self.estimator),
             "scoring_spec": describe_value(self.scoring),
             "search_space_spec": as_space(self.search_space).describe(),

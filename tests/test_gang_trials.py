@@ -109,6 +109,8 @@ def test_a_refusal_before_any_trial_leaves_no_experiment_behind(client, data, tm
     with Registry(url) as registry:
         assert registry.experiments().empty
     assert len(search(2).fit(X, y).trials_) == 1
+    with Registry(url) as registry:  # the report shows it (a probe missed it there)
+        assert registry.experiment("gang").config["workers_per_trial"] == 2
 
 
 def test_early_stopping_is_refused_as_not_available_with_gangs(client, data):
