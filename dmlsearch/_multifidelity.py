@@ -28,6 +28,7 @@ from ._rung_store import StateStore, state_store_for
 from ._rungs import RungContext, RungResult, drop_states
 from ._schedule_plan import SchedulePlan, bind_scheduler, plan_schedule
 from ._scoring import scorer_takes_weight
+from ._search_recording import register_best
 from ._search_support import (
     PhaseClock,
     check_failures,
@@ -370,7 +371,7 @@ def fit_multifidelity(
                     _refit(search, setup.plan.resource, setup.X, setup.y, fit_params)
                     clock.lap("refit")
                 if recorder is not None:
-                    search._register_best(recorder, setup.X)
+                    register_best(search, recorder, setup.X)
                     clock.lap("register")
             if recorder is not None:
                 recorder.close("complete")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._rungs import RungResult
+from ._search_recording import config_snapshot, open_search_experiment, recorded_search_params
 from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 
@@ -216,12 +217,12 @@ def open_experiment(
 
     The configuration holds the schedule (:func:`~dmlsearch._schedule_plan.schedule_spec`),
     so a resume with another schedule, or of an experiment run without one, is refused
-    before anything changes. Returns what :meth:`SearchCV._open_experiment` does.
+    before anything changes. Returns what :func:`dmlsearch._search_recording.open_search_experiment` does.
     """
     from ._schedule_plan import schedule_spec
     from .registry import NotFoundError
 
-    config = {**search._config_snapshot(seed, n_splits), "schedule": schedule_spec(search)}
+    config = {**config_snapshot(search, seed, n_splits), "schedule": schedule_spec(search)}
     if search.resume:
         try:
             stored = registry.store.get_experiment(name).config
@@ -236,7 +237,7 @@ def open_experiment(
                 "multi-fidelity search: resume it without scheduler=, or start a new "
                 "experiment (another experiment_name)",
             )
-    return search._open_experiment(registry, name, primary, config, fingerprint, cluster)
+    return open_search_experiment(search, registry, name, primary, config, fingerprint, cluster)
 
 
 def restore_steps(
@@ -255,7 +256,7 @@ def restore_steps(
     """
     out: list[RungResult] = []
     for record in prior.trials:
-        params = search._recorded_params(record, strategy, space, recorder, previous_status)
+        params = recorded_search_params(search, record, strategy, space, recorder, previous_status)
         if params is None:
             continue
         try:

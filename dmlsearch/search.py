@@ -11,7 +11,6 @@ import math
 import numbers
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +22,13 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._evaluate import COMPLETE, STOPPED, EvalContext, SearchData, TrialOutcome
-from ._experiment import folds_digest, open_experiment, recorded_params, warn_recorded_beyond
+from ._experiment import folds_digest
 from ._oof import artifact_sink, memory_sink
-from ._recording import SearchRecorder, data_fingerprint, input_signature, outcome_from_record
+from ._recording import SearchRecorder, data_fingerprint
 from ._results import build_cv_results
 from ._scoring import Scoring, scorer_takes_weight
 from ._search_checks import check_early_stopping, validate_search
+from ._search_recording import open_recorder, register_best
 from ._search_support import (
     PhaseClock,
     check_failures,
@@ -36,18 +36,15 @@ from ._search_support import (
     resolve_seed,
     strategy_name,
 )
-from ._space_values import base_params
 from ._validation import check_fit_data, cv_splits
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 from .progress import make_progress
-from .registry import FormatError, Registry, RegistryError, as_registry
+from .registry import as_registry
 from .runner import DaskRunner, cluster_shape, resolve_client
-from .space import as_space, describe_value
+from .space import as_space
 from .strategies import Strategy, make_strategy
 
 if TYPE_CHECKING:
-    from ._recording import PriorRun
-    from .registry import ModelVersionRecord, TrialRecord
     from .runner.gang_trials import GangTrialRunner
 
 __all__ = ["SearchCV"]
@@ -341,7 +338,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             with resolve_client(self.client) as client:
                 if registry is not None:
                     # Opened once the client is known, so the experiment records where it ran.
-                    recorder, seed, strategy = self._open_recorder(
+                    recorder, seed, strategy = open_recorder(
+                        self,
                         registry,
                         name,
                         primary,
@@ -379,7 +377,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                         self._refit(X, y, fit_params)
                         clock.lap("refit")
                     if recorder is not None:
-                        self._register_best(recorder, X)
+                        register_best(self, recorder, X)
                         clock.lap("register")
                 if recorder is not None:
                     recorder.close("complete")
@@ -479,158 +477,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 seeded=self.random_state is not None,
             )
         return runner
-
-    def _open_recorder(
-        self,
-        registry: Registry,
-        name: str,
-        primary: str,
-        seed: int,
-        strategy: Strategy,
-        space: Any,
-        n_splits: int,
-        fingerprint: str,
-        cluster: dict[str, Any],
-        outcomes: dict[int, TrialOutcome],
-        skip: set[int],
-    ) -> tuple[SearchRecorder, int, Strategy]:
-        """Open (or, with ``resume``, reopen) the experiment and restore its finished trials.
-
-        A refused resume leaves the experiment as it found it (status included).
-        """
-        config = self._config_snapshot(seed, n_splits)
-        recorder, prior, previous_status = self._open_experiment(
-            registry, name, primary, config, fingerprint, cluster
-        )
-        if prior is None:
-            return recorder, seed, strategy
-        if prior.seed != seed:
-            seed = prior.seed
-            strategy = make_strategy(self.strategy, space, self.n_trials, seed)
-        warn_recorded_beyond(name, prior, strategy.total, self.n_trials)
-        for record in prior.trials:
-            params = self._recorded_params(record, strategy, space, recorder, previous_status)
-            if params is None:
-                continue
-            strategy.restore(record.number, params, record.value)
-            outcomes[record.number] = outcome_from_record(
-                record, params, n_splits, self.return_train_score
-            )
-            skip.add(record.number)
-        return recorder, seed, strategy
-
-    def _open_experiment(
-        self,
-        registry: Registry,
-        name: str,
-        primary: str,
-        config: dict[str, Any],
-        fingerprint: str,
-        cluster: dict[str, Any],
-    ) -> tuple[SearchRecorder, PriorRun | None, str | None]:
-        """Open (or, with ``resume``, reopen) experiment ``name``, its configuration checked.
-
-        Returns the recorder, what an earlier run recorded (None for a new experiment) and
-        the experiment's status before this run (to put back on a refused resume).
-        """
-        recorder, prior, previous_status = open_experiment(
-            registry, name, config, resume=self.resume, owns=registry is not self.registry,
-            metric=primary, fingerprint=fingerprint, cluster=cluster, cv=self.cv,
-        )  # fmt: skip
-        self.experiment_name_ = name
-        self.experiment_id_ = recorder.experiment_id
-        return recorder, prior, previous_status
-
-    def _recorded_params(
-        self,
-        record: TrialRecord,
-        strategy: Strategy,
-        space: Any,
-        recorder: SearchRecorder,
-        previous_status: str | None,
-    ) -> dict[str, Any] | None:
-        """The parameters of recorded trial ``record`` under this search (None: beyond it).
-
-        A record this search cannot give the same parameters is refused (the recorder is
-        closed with the experiment's earlier status).
-        """
-
-        def refuse(message: str) -> InvalidParameterError:
-            recorder.close(previous_status or "interrupted")
-            return InvalidParameterError("resume", message)
-
-        return recorded_params(record, strategy, space, recorder.name, refuse)
-
-    def _config_snapshot(self, seed: int, n_splits: int) -> dict[str, Any]:
-        """What the experiment records about this search (JSON-friendly).
-
-        The ``repr`` entries are for people; ``estimator_spec`` and ``search_space_spec``
-        describe both exactly (see :func:`~dmlsearch.space.describe_value`) so that a
-        resume can tell whether either changed, and ``cv_folds`` (the sha256 of the folds'
-        index arrays, computed by ``fit``) whether the folds did.
-        """
-        folds = getattr(self, "_cv_folds", None)
-        return {
-            "estimator": repr(self.estimator),
-            "search_space": repr(self.search_space),
-            "strategy": strategy_name(self.strategy),
-            "n_trials": self.n_trials,
-            "time_budget": self.time_budget,
-            "cv": repr(self.cv),
-            "n_splits": n_splits,
-            "scoring": repr(self.scoring),
-            "refit": repr(self.refit),
-            "seed": seed,
-            "workers_per_trial": self.workers_per_trial,
-            "estimator_spec": describe_value(self.estimator),
-            "scoring_spec": describe_value(self.scoring),
-            "search_space_spec": as_space(self.search_space).describe(),
-            "base_params": base_params(self.estimator, as_space(self.search_space).subspaces),
-            **({} if folds is None else {"cv_folds": folds}),
-        }
-
-    def _register_best(self, recorder: SearchRecorder, X: Any) -> None:
-        self.model_version_: ModelVersionRecord | None = None  # a warning says why it stays so
-        if not hasattr(self, "best_estimator_"):
-            return
-        best = getattr(self, "best_score_", None)  # none with a callable refit
-        if best is not None and math.isnan(best):
-            # Every trial failed on some fold (scikit-learn still refits, and so do we):
-            # a model of unknown quality must not become the model's next version.
-            warnings.warn(
-                f"experiment {recorder.name!r}: no trial was scored on every fold (see "
-                "cv_results_ and the trials' errors), so the refitted best_estimator_ was "
-                "not registered",
-                UserWarning,
-                stacklevel=3,
-            )
-            return
-        metrics: dict[str, Any] = {}
-        for key, values in self.cv_results_.items():
-            if key.startswith(("mean_test_", "std_test_")):
-                metrics[key] = float(values[self.best_index_])
-        trial = self.trials_[self.best_index_].number
-        earlier = recorder.registered(trial)
-        if earlier is not None:
-            # A resume that found no better trial: its refit is the model registered then.
-            self.model_version_ = earlier
-            logger.info(
-                "dmlsearch: best trial %d of experiment %r is registered already, as %s v%d; "
-                "not registered again",
-                trial, recorder.name, earlier.model, earlier.version,
-            )  # fmt: skip
-            return
-        try:
-            # Retries a briefly unavailable registry; a finished search never fails here.
-            self.model_version_ = recorder.register_model(
-                self.best_estimator_,
-                metrics=metrics,
-                trial=trial,
-                signature=input_signature(X),
-            )
-        except (FormatError, RegistryError) as exc:
-            message = recorder.unregistered(self.best_estimator_, exc, trial)
-            warnings.warn(message, UserWarning, stacklevel=3)
 
     def _finish(
         self,
