@@ -101,6 +101,8 @@ class Trial:
             )
         step = int(step)
         try:
+            if isinstance(value, (str, bytes, bool)):
+                raise TypeError
             number = float(value)
         except (TypeError, ValueError):
             raise InvalidParameterError(
@@ -129,6 +131,9 @@ def _value(returned: Any, trial: Trial) -> tuple[float | None, str | None]:
     """The trial's value and, if it is not usable, why."""
     if returned is None and trial._stopped and trial.intermediate:
         return trial.intermediate[max(trial.intermediate)], None
+    if isinstance(returned, (str, bytes, bool)):
+        # float("4.5") and float(True) work: a text or a flag is not the objective's value.
+        return None, f"the objective returned {returned!r}; it must return a number"
     try:
         value = float(returned)
     except (TypeError, ValueError):
@@ -172,7 +177,9 @@ def run_objectives(
                 else f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
                 f"{trial_timeout}s and was stopped"
             )
-        except Exception:
+        except (Exception, SystemExit, KeyboardInterrupt):
+            # sys.exit or a KeyboardInterrupt of the objective's own (a worker's task thread
+            # gets no SIGINT) would end the worker, and its retries others: the trial fails.
             error = traceback.format_exc()
         if state == COMPLETE:
             state = FAILED if error is not None else (PRUNED if trial._stopped else COMPLETE)

@@ -177,6 +177,9 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
     def failed_count(self) -> int:
         return sum(o.state not in (COMPLETE, PRUNED) for o in self.outcomes.values())
 
+    def as_shown(self, objective: float) -> float:
+        return self.sign * objective  # the sign is +1 or -1: its own inverse
+
 
 def as_trial_outcome(outcome: ObjectiveOutcome) -> TrialOutcome:
     """The registry's form of a trial: its value as the one fold score ``"score"``."""

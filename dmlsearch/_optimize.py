@@ -300,6 +300,12 @@ def optimize(
         max_concurrent_trials = int(max_concurrent_trials)
     seed = resolve_seed(random_state)
     search_space = as_space(space)
+    if not any(search_space.subspaces):
+        raise InvalidParameterError(
+            "space",
+            "is empty: the objective would get no parameters (and one trial would run); "
+            "give at least one, e.g. {'x': Float(0.0, 1.0)}",
+        )
     built = make_strategy(strategy, search_space, n_trials, seed)
     store = None if registry is None else as_registry(registry)
     name = (

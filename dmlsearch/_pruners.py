@@ -280,6 +280,13 @@ def make_pruner(
             f"is for the rung pruners ('asha', 'halving', 'hyperband'), not scheduler="
             f"{scheduler!r}; drop max_resource or choose one of them",
         )
+    for name, value, default in (("warmup_steps", warmup_steps, 0), ("min_trials", min_trials, 5)):
+        if value != default and scheduler != "median":
+            raise InvalidParameterError(
+                name,
+                f"is for scheduler='median', not scheduler={scheduler!r}, which would ignore "
+                f"it; drop {name} or choose 'median'",
+            )
     if scheduler is None or isinstance(scheduler, Pruner):
         return scheduler
     if scheduler == "median":

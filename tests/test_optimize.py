@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import sys
 import time
 from typing import Any
 
@@ -201,6 +202,9 @@ def test_a_trial_outside_a_run_reports_locally_and_never_stops() -> None:
         trial.report(0.5, -1)
     with pytest.raises(InvalidParameterError, match="number"):
         trial.report("high", 1)  # type: ignore[arg-type]
+    for text_or_flag in ("7", True):  # float() takes them: a probe's "7" was recorded as 7.0
+        with pytest.raises(InvalidParameterError, match="number"):
+            trial.report(text_or_flag, 1)  # type: ignore[arg-type]
     trial.report(0.7, np.int64(4))  # NumPy's integers count, as Optuna's do
     assert trial.intermediate[4] == 0.7 and type(next(reversed(trial.intermediate))) is int
     with pytest.raises(InvalidParameterError, match="2\\*\\*63"):
@@ -313,7 +317,7 @@ def test_trial_timeout_stops_a_trial_in_its_thread_keeping_its_steps(client: Any
 
 @pytest.mark.cluster
 def test_a_minimised_experiment_ranks_least_first_in_the_registry(
-    client: Any, tmp_path: Any
+    client: Any, tmp_path: Any, capsys: Any
 ) -> None:
     def distance(params: dict[str, Any], trial: Trial) -> float:
         return (params["x"] - 2.0) ** 2
@@ -322,7 +326,11 @@ def test_a_minimised_experiment_ranks_least_first_in_the_registry(
     result = optimize(
         distance, {"x": Float(-5.0, 5.0)}, n_trials=np.int64(8), client=client,
         random_state=0, direction="minimize", registry=url, experiment_name="low",
+        progress=True,
     )  # fmt: skip
+    # The progress line showed the negated value the loop ranks by (a probe: "best -0.0144").
+    ended = next(ln for ln in capsys.readouterr().err.splitlines() if " ended: " in ln)
+    assert f"best {result.best_value:.4g}," in ended
     values = sorted(t.value for t in result.trials if t.value is not None)
     with Registry(url) as registry:
         assert list(registry.leaderboard("low", k=3)["value"]) == values[:3]
@@ -596,3 +604,45 @@ def test_resume_runs_only_the_trials_never_recorded(client: Any, tmp_path: Any) 
     registry = Registry(url)
     assert registry.store.get_experiment("hb-resume").status == "complete"
     registry.close()
+
+
+def _exits(params: dict[str, Any], trial: Trial) -> float:
+    if params["x"] == 1:
+        raise KeyboardInterrupt  # the objective's own, not a Ctrl-C of the driver
+    if params["x"] == 2:
+        sys.exit(3)
+    if params["x"] == 3:
+        return "4.5"  # type: ignore[return-value]
+    return float(params["x"])
+
+
+@pytest.mark.cluster
+def test_an_objective_raising_system_exit_or_keyboard_interrupt_fails_its_trial_only(
+    client: Any,
+) -> None:
+    # A probe: they ended the worker, each retry another, and the error blamed a crash.
+    result = optimize(
+        _exits, {"x": Categorical([0, 1, 2, 3])}, n_trials=4, strategy="grid", client=client,
+        max_retries=0, random_state=0,
+    )  # fmt: skip
+    by_x = {t.params["x"]: t for t in result.trials}
+    assert by_x[0].state == "complete"
+    assert by_x[1].state == "failed" and "KeyboardInterrupt" in by_x[1].error
+    assert by_x[2].state == "failed" and "SystemExit: 3" in by_x[2].error
+    assert by_x[3].state == "failed" and "'4.5'; it must return a number" in by_x[3].error
+    assert all(t.retries == 0 for t in result.trials)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"scheduler": "asha", "warmup_steps": 2}, "warmup_steps"),
+        ({"scheduler": None, "min_trials": 2}, "min_trials"),
+        ({"space": {}}, "space"),
+    ],
+)
+def test_arguments_the_run_would_ignore_are_refused(kwargs: dict[str, Any], param: str) -> None:
+    args: dict[str, Any] = {"space": {"x": Float(-5, 5)}, "n_trials": 3, "client": NOT_A_CLUSTER}
+    args.update(kwargs)
+    with pytest.raises(InvalidParameterError, match=param):
+        optimize(quadratic, args.pop("space"), **args)

@@ -691,7 +691,7 @@ class WorkLoop(Generic[P, R]):
             self.client.cancel(list(self._inflight))
             raise
         finally:
-            self.progress.update(self._done(), self.source.failed_count(), 0, self._best)
+            self.progress.update(self._done(), self.source.failed_count(), 0, self._shown_best())
             self.progress.close()
             if self._reports is not None:
                 self._reports.close()
@@ -702,8 +702,11 @@ class WorkLoop(Generic[P, R]):
 
     def _progress(self) -> None:
         self.progress.update(
-            self._done(), self.source.failed_count(), self._units_in_flight(), self._best
+            self._done(), self.source.failed_count(), self._units_in_flight(), self._shown_best()
         )
+
+    def _shown_best(self) -> float | None:
+        return None if self._best is None else self.source.as_shown(self._best)
 
     def _done(self) -> int:
         """Units done for progress: this run's and those an earlier run finished."""

@@ -189,3 +189,8 @@ class UnitSource(abc.ABC, Generic[P, R]):
     def failed_count(self) -> int:
         """How many recorded units failed (for progress)."""
         return 0
+
+    def as_shown(self, objective: float) -> float:
+        """An objective :meth:`record` returned (larger is better) as progress shows it:
+        the value itself (a minimised one is returned negated)."""
+        return objective
