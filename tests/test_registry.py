@@ -526,10 +526,20 @@ def test_export_to_optuna(registry):
         for i in range(6)
     ]
     records.append(TrialRecord(exp.id, 6, "failed", {"C": 1.0, "kernel": "rbf"}, {}, error="boom"))
+    # An optimize trial its pruner stopped, with its curve (a probe found it exported as a
+    # failure without one: plot_intermediate_values had nothing to draw).
+    records.append(
+        TrialRecord(
+            exp.id, 7, "pruned", {"C": 1.0, "kernel": "rbf"}, {"score": [0.2]}, value=0.2,
+            intermediate={"1": 0.1, "2": 0.2, "bracket": 0.0},
+        )
+    )  # fmt: skip
     registry.store.record_trials(exp.id, records)
     study = registry.to_optuna("exported")
-    assert len(study.trials) == 7
+    assert len(study.trials) == 8
     assert study.best_value == pytest.approx(0.55)
     assert study.best_params["kernel"] == "linear"
-    assert study.trials[-1].state.name == "FAIL"
+    assert study.trials[6].state.name == "FAIL"
+    assert study.trials[7].state.name == "PRUNED"
+    assert study.trials[7].intermediate_values == {1: 0.1, 2: 0.2}
     assert study.trials[0].distributions["C"].log

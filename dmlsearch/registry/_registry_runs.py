@@ -142,7 +142,8 @@ def optuna_study(
     params_of: Sequence[TrialRecord] | None = None,
 ) -> Any:
     """An Optuna study of experiment ``exp``'s ``trials``: completed ones with their
-    value, the others as failed (:meth:`Registry.to_optuna`). The distributions are
+    value, pruned ones as pruned, the others as failed, each with its reported steps as
+    intermediate values (:meth:`Registry.to_optuna`). The distributions are
     inferred from the parameters of ``params_of`` (default: ``trials``), so that a study of
     a sample of the trials spans the ranges of them all."""
     import optuna
@@ -156,17 +157,25 @@ def optuna_study(
     )
     study.set_user_attr("dmlsearch_experiment_id", exp.id)
     frozen = []
+    states = optuna.trial.TrialState
     for t in trials:
         params = {k: _optuna_value(v) for k, v in t.params.items() if k in distributions}
         complete = t.state == "complete" and t.value is not None
+        state = states.COMPLETE if complete else states.FAIL
+        if t.state == "pruned":  # an optimize trial its pruner stopped
+            state = states.PRUNED
         frozen.append(
             optuna.trial.create_trial(
                 params=params,
                 distributions={k: distributions[k] for k in params},
                 value=t.value if complete else None,
-                state=optuna.trial.TrialState.COMPLETE
-                if complete
-                else optuna.trial.TrialState.FAIL,
+                state=state,
+                # The reported curve (plot_intermediate_values): steps as recorded.
+                intermediate_values={
+                    int(k): float(v)
+                    for k, v in t.intermediate.items()
+                    if str(k).isdigit() and isinstance(v, (int, float)) and math.isfinite(v)
+                },
                 user_attrs={"dmlsearch_number": t.number, "worker": t.worker or ""},
             )
         )
