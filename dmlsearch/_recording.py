@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ._evaluate import TrialOutcome
+from ._search_support import ending
 from .exceptions import InvalidParameterError
 from .registry import (
     AlreadyExistsError,
@@ -202,7 +203,7 @@ class SearchRecorder:
                     self.experiment_id = None
             except Exception:  # the refusal is what the user must see
                 logger.debug("dmlsearch: removing the refused experiment failed", exc_info=True)
-        self.close("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+        self.close(ending(exc))
 
     @property
     def pending(self) -> int:

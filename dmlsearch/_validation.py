@@ -90,6 +90,12 @@ def _names(estimator: Any, params: Mapping[str, Any]) -> set[str]:
 MISSPELT_CUTOFF = 0.85
 
 
+def close_parameter(name: str, known: Iterable[str]) -> str | None:
+    """The one of ``known`` that ``name`` misspells (within :data:`MISSPELT_CUTOFF`), or None."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=MISSPELT_CUTOFF)
+    return close[0] if close else None
+
+
 def misspelt(estimator: Any, name: str) -> str | None:
     """The parameter ``name`` (``clf__max_dept``) misspells, at its level of
     ``estimator.get_params(deep=True)`` (``clf__max_depth``), or None.
@@ -97,8 +103,6 @@ def misspelt(estimator: Any, name: str) -> str | None:
     An estimator taking any keyword (xgboost's ``**kwargs``) sets a misspelt name without
     a word, and the model ignores it: the run is not the experiment written.
     """
-    import difflib
-
     try:
         known = set(estimator.get_params(deep=True))
     except Exception:  # no get_params: nothing to compare with
@@ -109,8 +113,8 @@ def misspelt(estimator: Any, name: str) -> str | None:
     prefix = f"{owner}__" if owner else ""
     level = [k[len(prefix) :] for k in known if k.startswith(prefix)]
     level = [k for k in level if "__" not in k]
-    close = difflib.get_close_matches(leaf, level, n=1, cutoff=MISSPELT_CUTOFF)
-    return f"{prefix}{close[0]}" if close else None
+    close = close_parameter(leaf, level)
+    return None if close is None else f"{prefix}{close}"
 
 
 def set_params_accepts(estimator: Any, params: Mapping[str, Any], name: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import inspect
@@ -185,18 +184,18 @@ def _misspelt_keywords(
 ) -> list[str]:
     """The names close to a parameter of an estimator that takes any keyword (each
     recorded): it would set them without a word, and its model ignore them."""
-    from .._validation import MISSPELT_CUTOFF
+    from .._validation import close_parameter
 
     bad = []
     for given in params:
         if given in accepted or "__" in given:
             continue
-        close = difflib.get_close_matches(given, accepted, n=1, cutoff=MISSPELT_CUTOFF)
-        if close:
+        close = close_parameter(given, accepted)
+        if close is not None:
             bad.append(given)
             problems.add(
                 (*loc, "params", given),
-                f"{name} has no parameter {given!r}; did you mean {close[0]!r}? ({name} takes "
+                f"{name} has no parameter {given!r}; did you mean {close!r}? ({name} takes "
                 "any keyword, and its model would ignore this one)",
                 given,
             )
