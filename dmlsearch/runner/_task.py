@@ -1,7 +1,7 @@
 """The function every task runs in, on a worker.
 
-Kept apart from the loop so that a fresh worker unpickling it imports only this module
-and the report helpers, not the loop, the strategies or Optuna.
+Kept apart from the loop so that a fresh worker unpickling it imports only this module,
+the report helpers and the allocator setting, not the loop, the strategies or Optuna.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._malloc import malloc_tuned
 from .reports import report, reporting_to
 
 __all__ = ["execute"]
@@ -25,7 +26,7 @@ def execute(
     worker before the driver gathered it) did not crash that worker.
     """
     report(topic, "started")
-    with reporting_to(topic):
+    with reporting_to(topic), malloc_tuned():
         result = function(*args)
     report(topic, "done")
     return result

@@ -35,6 +35,7 @@ import dask
 from distributed import Client, Future, Lock, as_completed
 
 from ..exceptions import GangError, GangWorkerLostError, InvalidParameterError
+from ._malloc import call_tuned
 from .cluster import wait_for_a_worker
 
 __all__ = ["Gang", "alive_workers", "reserve", "run_gang"]
@@ -175,6 +176,7 @@ class Gang:
         prefix = f"{self.name}-{uuid.uuid4().hex[:12]}"
         futures = [
             self.client.submit(
+                call_tuned,
                 fn,
                 *args,
                 key=f"{prefix}-rank-{r}",
