@@ -669,12 +669,38 @@ def test_csv_target_column_checked(tmp_path: Path) -> None:
     assert "no feature column" in problems(only, base_dir=tmp_path)["data.target"].message
     import pandas as pd  # Parquet through pyarrow, which the test extras' dask[dataframe] needs
 
+    # A Parquet file's columns are read from its footer while validating, as a CSV's header.
     pd.DataFrame({"label": [0, 1]}).to_parquet(tmp_path / "only.parquet")
-    cfg = parse_config(
-        with_value("data", {"path": "only.parquet", "target": "label"}), base_dir=tmp_path
+    only = with_value("data", {"path": "only.parquet", "target": "label"})
+    assert "no feature column" in problems(only, base_dir=tmp_path)["data.target"].message
+
+
+def test_parquet_columns_checked_while_validating(tmp_path: Path) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3, 4], "label": [0, 1]}, index=[10, 11])
+    frame.to_parquet(tmp_path / "d.parquet")  # the index is stored: not a column
+    errors = problems(
+        with_value("data", {"path": "d.parquet", "target": "lable"}), base_dir=tmp_path
     )
-    with pytest.raises(ConfigError, match="no feature column"):
-        load_data(cfg)  # a Parquet file's columns are read when the data is
+    assert "d.parquet has no column 'lable'; did you mean 'label'" in errors["data.target"].message
+    assert "columns: a, b, label" in errors["data.target"].message
+    features = {"path": "d.parquet", "target": "label", "features": ["a", "bb"]}
+    errors = problems(with_value("data", features), base_dir=tmp_path)
+    assert "did you mean 'b'" in errors["data.features[1]"].message
+    narrowed = {"path": "d.parquet", "target": "label", "read_kwargs": {"columns": ["a", "lbl"]}}
+    errors = problems(with_value("data", narrowed), base_dir=tmp_path)
+    assert "d.parquet has no column 'lbl'" in errors["data.read_kwargs.columns"].message
+    cfg = parse_config(
+        with_value("data", {"path": "d.parquet", "target": "label"}), base_dir=tmp_path
+    )
+    X, y = load_data(cfg)
+    assert list(X.columns) == ["a", "b"] and list(y) == [0, 1]
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    errors = problems(
+        with_value("data", {"path": "bad.parquet", "target": "label"}), base_dir=tmp_path
+    )
+    assert "cannot read bad.parquet" in errors["data.path"].message
 
 
 def test_csv_features_select_columns(tmp_path: Path) -> None:

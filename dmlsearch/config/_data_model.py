@@ -218,8 +218,9 @@ class DataSection(_Section):
             problems.add(("path",), f"no such file: {resolved}{where}", self.path)
             return
         self.path = str(resolved)
-        if fmt == "csv" and self.target is not None:
-            columns = _csv_columns(resolved, self.read_kwargs, problems)
+        if fmt in ("csv", "parquet") and self.target is not None:
+            read = _csv_columns if fmt == "csv" else _parquet_columns
+            columns = read(resolved, self.read_kwargs, problems)
             if columns is not None and self.target not in columns:
                 problems.add(
                     ("target",),
@@ -318,6 +319,39 @@ def _csv_columns(path: Path, read_kwargs: dict[str, Any], problems: _Problems) -
     if head.empty:
         problems.add(("path",), f"the data has no rows: {path.name} holds only a header")
     return [str(c) for c in head.columns]
+
+
+def _parquet_columns(
+    path: Path, read_kwargs: dict[str, Any], problems: _Problems
+) -> list[str] | None:
+    """The columns ``pd.read_parquet(path, **read_kwargs)`` gives, from the file's footer
+    (no row is read); None where that cannot be told here (no pyarrow: it is checked when
+    the file is read)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    try:
+        schema = pq.read_schema(path)
+        rows = pq.read_metadata(path).num_rows
+    except Exception as exc:
+        problems.add(("path",), f"cannot read {path.name}: {type(exc).__name__}: {exc}")
+        return None
+    if rows == 0:
+        problems.add(("path",), f"the data has no rows: {path.name} holds none")
+    index = (schema.pandas_metadata or {}).get("index_columns", [])
+    columns = [name for name in schema.names if name not in index]
+    wanted = read_kwargs.get("columns")
+    if not isinstance(wanted, (list, tuple)):
+        return columns
+    for name in wanted:
+        if name not in columns:
+            problems.add(
+                ("read_kwargs", "columns"),
+                f"{path.name} has no column {name!r}{_suggest(str(name), columns)} "
+                f"(columns: {_known(columns)})",
+            )
+    return [str(c) for c in wanted if c in columns]
 
 
 # -- model ---------------------------------------------------------------------------------
