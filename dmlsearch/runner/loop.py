@@ -34,11 +34,12 @@ from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
 from .._states import CANCELLED, FAILED, STOPPED, TIMEOUT
-from ..exceptions import DmlsearchError, NoWorkersError
+from ..exceptions import DmlsearchError
 from ..progress import NullProgress
 from ._batching import AdaptiveBatcher
+from ._loop_cluster import SharedData, Slots
 from ._task import execute
-from .cluster import scheduler_loss, wait_for_a_worker
+from .cluster import scheduler_loss
 from .reports import ReportStream, wire_id
 from .units import DONE, WAIT, Unit, UnitKind, UnitSource
 
@@ -125,8 +126,8 @@ class WorkLoop(Generic[P, R]):
         self.stats = RunStats()
 
         self.run_id = uuid.uuid4().hex[:8]
-        self._shared: tuple[Any, ...] = ()
-        self._shared_futures: list[Future] = []
+        self._slots = Slots(client, name, no_workers_timeout)
+        self._data = SharedData(client, name, no_workers_timeout)
         self._inflight: dict[Future, _Task[P]] = {}
         self._finished: queue.Queue[Future] = queue.Queue()
         # Task key -> (True, results) or (False, the error fetching them); see _fetch.
@@ -143,98 +144,13 @@ class WorkLoop(Generic[P, R]):
         self._stopping = False
         self._task_counter = 0
         self._best: float | None = None
-        self._n_slots = 1
-        self._slots_checked = -float("inf")
-        self._no_workers_since: float | None = None
         self._reports: ReportStream | None = None
 
     # -- cluster -------------------------------------------------------------------------
-    def _refresh_slots(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._slots_checked < 2.0:
-            return
-        self._slots_checked = now
-        try:
-            threads = sum(self.client.nthreads().values())
-        except Exception:  # the scheduler is busy or gone: keep the last figure
-            return
-        if threads > 0:
-            self._n_slots = threads
-            self._no_workers_since = None
-            return
-        if self._no_workers_since is None:
-            self._no_workers_since = now
-        elif now - self._no_workers_since > self.no_workers_timeout:
-            raise NoWorkersError(
-                f"the cluster has had no workers for {self.no_workers_timeout:.0f} s "
-                "(dmlsearch.no-workers-timeout), so "
-                f"{self.name} cannot go on; start workers (or check why they die) and "
-                "resume it (finished work stays recorded)"
-            )
-
-    def _wait_for_a_worker(self) -> None:
-        """Wait up to ``no_workers_timeout`` for a cluster that has no worker yet (an
-        adaptive one scales up for the task that waits meanwhile, never for the shared data
-        that goes first)."""
-        if self._no_workers_since is None:  # _refresh_slots found threads
-            return
-        wait_for_a_worker(self.client, self.no_workers_timeout, self.name)
-        self._refresh_slots(force=True)
-
-    def _scatter_one(self, obj: Any) -> Future:
-        """Send ``obj`` to every worker; wait for a live one up to ``no_workers_timeout``."""
-        deadline = time.monotonic() + self.no_workers_timeout
-        delay = 0.25
-        while True:
-            try:
-                # hash=False: tokenizing a large array costs a full pass over it.
-                # direct: straight to the workers, no copy through the scheduler.
-                # broadcast: a worker that dies (a unit crashing it, say) takes no data
-                # with it, so the other workers' tasks carry on.
-                return self.client.scatter(
-                    [obj],
-                    hash=False,
-                    direct=True,
-                    broadcast=True,
-                    timeout=max(1.0, min(15.0, self.no_workers_timeout / 4)),
-                )[0]
-            except (CommClosedError, OSError, KeyError) as exc:
-                # The scheduler may still list a worker that has just died (KeyError: it
-                # left while the scheduler copied the data to every worker), or none may
-                # be up yet after a crash: wait for the cluster to recover, within reason.
-                if time.monotonic() > deadline:
-                    raise NoWorkersError(
-                        f"could not send {self.name}'s data to any worker for "
-                        f"{self.no_workers_timeout:.0f} s (dmlsearch.no-workers-timeout; "
-                        f"{exc}); check that the cluster has live workers, not paused ones "
-                        "(a worker past its memory limit's pause threshold takes no data), "
-                        "and resume it (finished work stays recorded)"
-                    ) from exc
-                logger.warning(
-                    "dmlsearch: could not send %s's data to a worker (%s); trying again",
-                    self.name,
-                    exc,
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 4.0)
-
     def _ensure_shared(self, verify: bool = False) -> list[Future]:
-        """The shared objects' futures, scattered again if the cluster lost them.
-
-        ``verify`` asks the scheduler who holds them, for when a crash has just happened:
-        a future's status can still read "finished" for a moment after its data is gone.
-        """
-        whole = bool(self._shared_futures) and all(
-            f.status == "finished" for f in self._shared_futures
-        )
-        if whole and (not verify or self._shared_held()):
-            return self._shared_futures
-        if self._shared_futures:
-            # The data went with a worker (or was never whole): send it again.
-            self.client.cancel(self._shared_futures)
-            self.stats.rescattered += 1
-        self._shared_futures = [self._scatter_one(obj) for obj in self._shared]
-        return self._shared_futures
+        futures = self._data.ensure(verify)
+        self.stats.rescattered = self._data.rescattered
+        return futures
 
     # -- submitting ------------------------------------------------------------------------
     def _limits(self) -> tuple[float | None, float | None]:
@@ -243,13 +159,6 @@ class WorkLoop(Generic[P, R]):
             return None, None
         start_by = time.time() + (self.budget_ends - time.monotonic())
         return start_by, (start_by if self.budget_policy == "stop" else None)
-
-    def _shared_held(self) -> bool:
-        try:
-            holders = self.client.who_has(self._shared_futures)
-        except Exception:  # cannot tell: the status said finished, go by it
-            return True
-        return all(holders.get(f.key) for f in self._shared_futures)
 
     def _submit(self, units: list[Unit[P]], verify: bool = False) -> Future:
         shared = self._ensure_shared(verify)
@@ -292,7 +201,7 @@ class WorkLoop(Generic[P, R]):
 
     def _max_tasks(self) -> int:
         # With a timeout, one task per thread: a queued task must not wait behind a slow one.
-        return self._n_slots if self.policy.timeout is not None else 2 * self._n_slots
+        return self._slots.count if self.policy.timeout is not None else 2 * self._slots.count
 
     def _next_units(self, size: int) -> list[Unit[P]]:
         units: list[Unit[P]] = []
@@ -313,7 +222,7 @@ class WorkLoop(Generic[P, R]):
         return self.budget_ends is not None and time.monotonic() >= self.budget_ends
 
     def _fill(self) -> None:
-        self._refresh_slots()
+        self._slots.refresh()
         if self._probe is not None:
             if self._probe in self._inflight:
                 return  # a suspect runs alone: nothing else starts beside it
@@ -341,7 +250,7 @@ class WorkLoop(Generic[P, R]):
                 return
             size = 1
             if self.policy.batchable and self.policy.timeout is None:
-                size = self.batcher.size(self.source.remaining, self._n_slots)
+                size = self.batcher.size(self.source.remaining, self._slots.count)
             if room is not None:
                 size = min(size, room)
             units = self._next_units(size)
@@ -386,7 +295,7 @@ class WorkLoop(Generic[P, R]):
             return
         innocent = self._innocent(task)
         unseen = task.started is None and not task.done
-        if (killed and not innocent) or (unseen and (killed or self._shared_lost())):
+        if (killed and not innocent) or (unseen and (killed or self._data.lost())):
             # Dask charges a worker's death to every task assigned to it, queued ones too,
             # and gives up on a task after `allowed-failures` such deaths: a bystander
             # queued behind the culprit on one worker and running beside its rerun on the
@@ -435,15 +344,12 @@ class WorkLoop(Generic[P, R]):
             # Never reported a start: it was queued (innocent), unless reports are off.
             if self._reports is not None and self._reports.subscribed:
                 return True
-            return self._shared_lost()
+            return self._data.lost()
         try:
             alive = set(self.client.nthreads())
         except Exception:  # cannot tell: charge it, as before start reports
             return False
         return task.worker in alive
-
-    def _shared_lost(self) -> bool:
-        return any(f.status != "finished" for f in self._shared_futures)
 
     def _fetch(self, fut: Future) -> None:
         """On Dask's callback thread: take a task's results as soon as it ends.
@@ -653,14 +559,14 @@ class WorkLoop(Generic[P, R]):
             return self._run()
 
     def _run(self) -> RunStats:
-        self._shared = tuple(self.kind.shared())
-        self._refresh_slots(force=True)
+        self._data.objects = tuple(self.kind.shared())
+        self._slots.refresh(force=True)
         if self.policy.report_starts:
             self._reports = ReportStream(self.client, f"dmlsearch-{self.run_id}")
             self._reports.subscribe()
         self.progress.start(self.source.total, self.name, self.source.done_before)
         try:
-            self._wait_for_a_worker()
+            self._slots.wait_for_a_worker()
             self._ensure_shared()
             while True:
                 self._fill()
@@ -695,8 +601,7 @@ class WorkLoop(Generic[P, R]):
             self.progress.close()
             if self._reports is not None:
                 self._reports.close()
-            if self._shared_futures:
-                self.client.cancel(self._shared_futures)
+            self._data.release()
             self._fetched.clear()
         return self.stats
 
