@@ -26,7 +26,13 @@ from .exceptions import InvalidParameterError
 
 if TYPE_CHECKING:
     from ._recording import PriorRun
-    from .registry import ExperimentRecord, ModelVersionRecord, Registry, TrialRecord
+    from .registry import (
+        ExperimentRecord,
+        ModelVersionRecord,
+        Registry,
+        RegistryStore,
+        TrialRecord,
+    )
     from .search import SearchCV
     from .strategies import Strategy
 
@@ -119,7 +125,7 @@ def open_experiment(
                 check(existing.config)
             same_data = existing.data_fingerprint in (None, fingerprint)
             _check_same_config(name, existing.config, _stored_form(config), same_data, cv)
-            check_not_running(registry, existing)
+            check_not_running(registry.store, existing)
         except BaseException:
             if owns:
                 registry.close()
@@ -346,11 +352,16 @@ _ACTIONS = {
         "deleting it under that driver makes its run fail",
         "`dmlsearch delete NAME --force`",
     ),
+    "delete-python": (
+        "experiment",
+        "deleting it under that driver makes its run fail",
+        "`registry.delete_experiment(name, force=True)`",
+    ),
 }
 
 
 def check_not_running(
-    registry: Registry, existing: ExperimentRecord, action: str = "resume"
+    store: RegistryStore, existing: ExperimentRecord, action: str = "resume"
 ) -> None:
     """Refuse to resume, overwrite or delete (``action``) an experiment that another
     driver may still be running.
@@ -365,11 +376,12 @@ def check_not_running(
     if existing.status != "running" or os.environ.get(FORCE_RESUME, "") not in ("", "0"):
         return
     param, harm, command = _ACTIONS[action]
+    verb = action.split("-")[0]
     driver = existing.config.get("driver")
     driver = driver if isinstance(driver, dict) else {}
     host, pid = driver.get("host"), driver.get("pid")
     force = (
-        f"if no driver runs it any more (killed, its machine lost), {action} it now with "
+        f"if no driver runs it any more (killed, its machine lost), {verb} it now with "
         f"{command} (or {FORCE_RESUME}=1 in the environment)"
     )
     if host == socket.gethostname() and isinstance(pid, int) and os.name == "posix":
@@ -381,7 +393,7 @@ def check_not_running(
     last = max(
         [
             opened if isinstance(opened, int | float) else existing.created,
-            *(t.finished or t.started or 0.0 for t in registry.store.get_trials(existing.id)),
+            *(t.finished or t.started or 0.0 for t in store.get_trials(existing.id)),
         ]
     )
     age = time.time() - last
@@ -392,7 +404,7 @@ def check_not_running(
             existing.name,
             f"its last trial record or driver start{where} is {max(age, 0.0):.0f} s old",
             harm,
-            f"{force}, or {action} again in {ACTIVE_SECONDS - max(age, 0.0):.0f} s, when no "
+            f"{force}, or {verb} again in {ACTIVE_SECONDS - max(age, 0.0):.0f} s, when no "
             f"record younger than {ACTIVE_SECONDS:.0f} s says it is in use",
         )
 

@@ -691,11 +691,12 @@ def test_a_file_name_is_not_a_url():
 def test_delete_experiment(url, tmp_path, models):
     X, (m1, m2, _) = models
     with Registry(url, str(tmp_path / "store")) as reg:
-        for name in ("failed-run", "other"):
+        for name, status in (("failed-run", "failed"), ("other", "complete")):
             exp = reg.store.create_experiment(name)
             reg.store.record_trials(
                 exp.id, [TrialRecord(exp.id, n, "complete", {}, {}, value=0.5) for n in range(4)]
             )
+            reg.store.set_experiment_status(exp.id, status)
         from_failed = reg.register_model("best", m1, experiment="failed-run")
         reg.register_model("other-best", m2, experiment="other")
         # An orphan blob (a crashed registration) past the grace period, and a fresh one.
@@ -720,9 +721,37 @@ def test_delete_experiment(url, tmp_path, models):
         assert from_failed.version == 1
         # The name is free again.
         reg.store.create_experiment("failed-run")
-        assert reg.delete_experiment("failed-run")["trials"] == 0
+        assert reg.delete_experiment("failed-run", force=True)["trials"] == 0
         with pytest.raises(NotFoundError):
             reg.delete_experiment(10_000)
+
+
+def test_delete_experiment_refuses_one_a_live_driver_runs_unless_forced(url, tmp_path):
+    # The CLI refused; the Python API deleted it, and the driver's run failed.
+    import socket
+    import subprocess
+    import sys
+
+    from dmlsearch._experiment import FORCE_RESUME
+
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Registry(url, str(tmp_path / "store")) as reg, pytest.MonkeyPatch.context() as mp:
+            mp.delenv(FORCE_RESUME, raising=False)
+            mine = {"driver": {"host": socket.gethostname(), "pid": driver.pid}}
+            exp = reg.store.create_experiment("live", config=mine)
+            reg.store.record_trials(exp.id, [TrialRecord(exp.id, 0, "complete", {}, {}, value=1)])
+            with pytest.raises(InvalidParameterError) as info:
+                reg.delete_experiment("live")
+            message = str(info.value)
+            assert f"process {driver.pid} on this host" in message
+            assert "`registry.delete_experiment(name, force=True)`" in message
+            assert "delete it now with" in message
+            assert len(reg.trials("live")) == 1
+            assert reg.delete_experiment("live", force=True)["trials"] == 1
+    finally:
+        driver.kill()
+        driver.wait()
 
 
 # -- models: summaries, aliases, versions, "did you mean" ---------------------------------

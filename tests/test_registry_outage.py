@@ -189,7 +189,7 @@ def test_an_experiment_deleted_under_its_run_stops_it_with_one_error(target: Tar
     recorder = _recorder(target)
     recorder.add(_outcome(0))
     recorder.tick()
-    target.registry.delete_experiment("exp")
+    target.registry.delete_experiment("exp", force=True)
     recorder.add(_outcome(1))
     with pytest.raises(ExperimentDeletedError, match="'exp' was deleted from the registry"):
         recorder.tick()

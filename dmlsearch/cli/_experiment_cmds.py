@@ -289,14 +289,14 @@ def delete(
     with _open_registry(registry, artifacts) as reg:
         exp = _experiment(reg, experiment)
         with _forced(force):
-            check_not_running(reg, exp, "delete")
+            check_not_running(reg.store, exp, "delete")
         n_trials = reg.store.count_trials(exp.id)
         if not yes:
             _confirm(
                 f"Delete experiment {exp.name!r} (id {exp.id}, {exp.status}, {n_trials} "
                 f"trial(s)) from {reg.shown_url}?"
             )
-        summary = reg.delete_experiment(exp.name)
+        summary = reg.delete_experiment(exp.name, force=True)  # checked above
     typer.echo(f"deleted experiment {exp.name!r} ({_deleted(summary)})")
 
 

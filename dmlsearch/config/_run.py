@@ -37,7 +37,7 @@ def _taken(cfg: ExperimentConfig, registry: Any, overwrite: bool, resume_hint: s
     if overwrite:
         from .._experiment import check_not_running
 
-        check_not_running(registry, existing, "overwrite")
+        check_not_running(registry.store, existing, "overwrite")
     else:
         raise ConfigError(
             [
@@ -64,7 +64,7 @@ def _delete(
     registry: Any,
     on_overwrite: Callable[[dict[str, Any]], None] | None,
 ) -> None:
-    deleted = registry.delete_experiment(cfg.name)
+    deleted = registry.delete_experiment(cfg.name, force=True)  # checked before
     if on_overwrite is not None:
         on_overwrite(deleted)
 

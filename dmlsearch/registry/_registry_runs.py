@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 class _RegistryRuns(_RegistryCore):
     """The experiment and trial methods of ``Registry``."""
 
-    def delete_experiment(self, name_or_id: str | int) -> dict[str, Any]:
+    def delete_experiment(self, name_or_id: str | int, *, force: bool = False) -> dict[str, Any]:
         """Delete an experiment and its trials, then the blobs nothing references any more.
+
+        An experiment that a driver may still be running (the heuristic of ``dmlsearch
+        delete``, docs/cli.md) is refused with InvalidParameterError: deleting it would
+        make that run fail. ``force=True`` deletes it all the same.
 
         Model versions registered from the experiment are kept (they are models users load;
         their lineage still names it), so are their artifacts and every blob written in the
@@ -30,9 +34,12 @@ class _RegistryRuns(_RegistryCore):
         "artifacts": [deleted paths]}``. Raises NotFoundError (suggesting a close name) if
         there is no such experiment.
         """
+        from .._experiment import check_not_running
         from .._oof import delete_folder
 
         exp = self.experiment(name_or_id)
+        if not force:
+            check_not_running(self.store, exp, "delete-python")
         try:
             n_trials = self.store.delete_experiment(exp.id)
         except NotFoundError:  # deleted by another process meanwhile

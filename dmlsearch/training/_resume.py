@@ -81,7 +81,7 @@ def check_resumable(registry: Any, name: str, epochs: Any = None) -> Any:
         )
     from .._experiment import check_not_running
 
-    check_not_running(registry, exp)
+    check_not_running(registry.store, exp)
     return exp
 
 
