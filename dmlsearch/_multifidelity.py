@@ -33,6 +33,7 @@ from ._search_support import (
     PhaseClock,
     check_failures,
     page_told,
+    refit_index,
     resolve_seed,
     strategy_name,
 )
@@ -415,7 +416,7 @@ def _finish(search: SearchCV, rows: RungRows, setup: _Setup) -> None:
         setattr(search, key, value)
     if search.refit or not scoring.multimetric:
         if callable(search.refit):
-            search.best_index_ = int(search.refit(results))
+            search.best_index_ = refit_index(search.refit, results, len(results["params"]))
         else:
             metric = refit_metric or scoring.names[0]
             search.best_index_ = int(results[f"rank_test_{metric}"].argmin())

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import clone
+from sklearn.utils import _safe_indexing
 from sklearn.utils.metaestimators import _safe_split
 
 from ._evaluate import (
@@ -47,7 +48,7 @@ from ._scoring import score_fold
 from ._states import COMPLETE, FAILED, STOPPED, TIMEOUT
 from ._xgb_matrices import cached_fold_rows, fold_rows_key
 from .exceptions import TrialTimeoutError
-from .fidelity import TrainStep, train_n_samples, train_param, train_partial_fit
+from .fidelity import TrainStep, subsample, train_n_samples, train_param, train_partial_fit
 
 __all__ = [
     "RungContext",
@@ -248,7 +249,7 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: Hel
             ev.error_score,
             step.estimator,
             (X_test, y_test, score_weight(ev, data, n_samples, test)),
-            (X_train, y_train, score_weight(ev, data, n_samples, train))
+            _train_part(context, spec, data, (X_train, y_train), train)
             if ev.return_train_score
             else None,
         )
@@ -264,6 +265,21 @@ def _run_folds(data: SearchData, context: RungContext, spec: RungSpec, held: Hel
         out.continued = out.continued and step.continued
         out.models.append(step.estimator)
     return out
+
+
+def _train_part(
+    context: RungContext, spec: RungSpec, data: SearchData, rows: tuple[Any, Any], train: Any
+) -> tuple[Any, Any, Any]:
+    """What a train score scores: the rows the model was trained on (with
+    ``resource='n_samples'`` its subsample of the fold, as scikit-learn's Halving searches)."""
+    X_train, y_train = rows
+    ev = context.evaluation
+    if context.resource == "n_samples":
+        kept = subsample(len(train), spec.resource, context.seed)
+        X_train = _safe_indexing(X_train, kept)
+        y_train = None if y_train is None else _safe_indexing(y_train, kept)
+        train = np.asarray(train)[kept]
+    return X_train, y_train, score_weight(ev, data, _num_samples(data.X), train)
 
 
 def _fold_failed(out: _Step, error: str, fit_time: float, score_time: float) -> None:

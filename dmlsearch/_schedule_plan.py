@@ -30,6 +30,7 @@ from .schedulers import (
     make_scheduler,
     rung_resources,
 )
+from .schedulers._base import check_int
 from .space import describe_value
 from .strategies import Strategy
 
@@ -57,15 +58,18 @@ def _bounds(
     """``(min_resource, max_resource)`` with the defaults filled in, and n_samples checked."""
     smallest = min(len(train) for train, _ in splits)
     low, high = search.min_resource, search.max_resource
+    for name, value in (("min_resource", low), ("max_resource", high)):
+        if value is not None and not (isinstance(value, str) and value == "auto"):
+            check_int(name, value, 1)  # before any arithmetic on it
+        elif value is not None:
+            raise InvalidParameterError(
+                name, "scikit-learn's 'auto' is None here: leave it None for the default"
+            )
     if search.resource == "n_samples":
         if high is None:
             high = smallest
-        elif isinstance(high, int | float) and high > smallest:
-            raise InvalidParameterError(
-                "max_resource",
-                f"resource='n_samples' trains on at most the {smallest} rows of the smallest "
-                f"training fold, got max_resource={high}; lower it (or leave it None)",
-            )
+        else:
+            _check_rows(int(high), smallest, "max_resource")
         if low is None:
             # As scikit-learn's Halving searches: a few rows per fold (and per class).
             classes = len(np.unique(y)) if is_classifier(search.estimator) else 1
@@ -77,6 +81,17 @@ def _bounds(
             "(e.g. max_resource=81)",
         )
     return (1 if low is None else low), high
+
+
+def _check_rows(high: int, smallest: int, name: str) -> None:
+    """An ``n_samples`` budget of ``high`` rows needs that many in every training fold."""
+    if high > smallest:
+        raise InvalidParameterError(
+            name,
+            f"resource='n_samples' trains on at most the {smallest} rows of the smallest "
+            f"training fold, got a top rung of {high} rows; lower it"
+            + (" (or leave it None)" if name == "max_resource" else ""),
+        )
 
 
 def _check_not_searched(resource: str, search_space: Any) -> None:
@@ -135,7 +150,17 @@ def plan_schedule(
                 "a Scheduler instance carries its own min_resource/max_resource; leave "
                 "SearchCV's unset",
             )
+        eta = getattr(given, "reduction_factor", None)
+        if eta is not None and search.reduction_factor not in (3, eta):
+            raise InvalidParameterError(
+                "reduction_factor",
+                f"the Scheduler instance carries its own reduction factor ({eta}); "
+                f"SearchCV's reduction_factor={search.reduction_factor!r} would be ignored: "
+                "leave it at its default or set it on the instance",
+            )
         ladder = _ladder_of(given)
+        if resource == "n_samples":
+            _check_rows(ladder[-1], min(len(train) for train, _ in splits), "scheduler")
         steps = None
         if isinstance(given, MedianStopping):
             ladder = steps = rung_resources(1, given.max_resource, search.reduction_factor)

@@ -21,9 +21,25 @@ __all__ = [
     "check_failures",
     "ending",
     "page_told",
+    "refit_index",
     "resolve_seed",
     "strategy_name",
 ]
+
+
+def refit_index(refit: Any, results: dict[str, Any], n_rows: int) -> int:
+    """The row a ``refit`` callable picks in ``results``; InvalidParameterError unless it
+    is an index in ``[0, n_rows)`` (-1 would pick the last row without saying so)."""
+    index = refit(results)
+    if (
+        isinstance(index, bool)
+        or not isinstance(index, numbers.Integral)
+        or not 0 <= int(index) < n_rows
+    ):
+        raise InvalidParameterError(
+            "refit", f"the refit callable must return an index in [0, {n_rows}), got {index!r}"
+        )
+    return int(index)
 
 
 def resolve_seed(random_state: Any) -> int:

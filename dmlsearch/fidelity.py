@@ -182,6 +182,8 @@ def train_partial_fit(
     resource, previous = _check_budget(resource, previous)
     check_resource("partial_fit", state)
     fit_params = dict(fit_params or {})
+    # fit(X, y, classes=...) as partial_fit's users write it: the first call's classes.
+    classes = fit_params.pop("classes", classes)
     continued = previous > 0 and _is_fitted(state)
     if continued:
         model, done = copy.deepcopy(state), previous
@@ -193,6 +195,20 @@ def train_partial_fit(
             extra["classes"] = np.unique(y) if classes is None else classes
         model.partial_fit(X, y, **extra, **fit_params)
     return TrainStep(model, resource, previous, continued, resource - done)
+
+
+def _grows(estimator: Any, param: str) -> bool:
+    """Whether a warm-started fit with ``param`` raised trains on from the fitted state.
+
+    scikit-learn's ``warm_start`` grows ``n_estimators`` (ensembles) and ``max_iter``
+    (iterative solvers); any other parameter (``max_depth``, ``max_leaf_nodes``) is read
+    anew by a refit, and a warm-started fit without more members or iterations keeps the
+    old model. ``LogisticRegression(solver="liblinear")`` ignores ``warm_start``.
+    """
+    if param.rpartition("__")[2] not in ("n_estimators", "max_iter"):
+        return False
+    step = _step_of(estimator, param)
+    return not (type(step).__name__ == "LogisticRegression" and step.solver == "liblinear")
 
 
 def _counts_total(estimator: Any, param: str) -> bool:
@@ -394,17 +410,20 @@ def train_param(
             return TrainStep(state, resource, previous, True, resource - previous)
         return _continue_xgboost(state, X, y, resource, previous, param, fit_params, matrix_key)
     warm = _warm_start_key(param)
-    has_warm = warm in state.get_params(deep=True)
-    if has_warm and goes_on:
+    params = state.get_params(deep=True)
+    if warm in params and goes_on and _grows(state, param):
         model = copy.deepcopy(state)
         if resource == previous:
             return TrainStep(model, resource, previous, True, 0)
         budget = resource if _counts_total(model, param) else resource - previous
         model.set_params(**{param: budget, warm: True})
         model.fit(X, y, **fit_params)
+        # The model says what it holds, and a later fit of it starts afresh unless its
+        # owner asked for warm starts (a refit of best_estimator_ on new data).
+        model.set_params(**{param: resource, warm: params[warm]})
         return TrainStep(model, resource, previous, True, resource - previous)
     model = _fresh(state)
-    model.set_params(**({param: resource, warm: True} if has_warm else {param: resource}))
+    model.set_params(**{param: resource})
     if _xgboost_rounds(state, param):
         from ._xgb_matrices import reset_callbacks
 

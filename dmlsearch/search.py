@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import time
 import uuid
 from collections.abc import Callable
@@ -33,11 +32,12 @@ from ._search_support import (
     PhaseClock,
     check_failures,
     page_told,
+    refit_index,
     resolve_seed,
     strategy_name,
 )
 from ._validation import check_fit_data, cv_splits
-from .exceptions import AllTrialsFailedError, InvalidParameterError
+from .exceptions import AllTrialsFailedError
 from .progress import make_progress
 from .registry import as_registry
 from .runner import DaskRunner, cluster_shape, resolve_client
@@ -513,17 +513,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         # As scikit-learn: with one metric the best candidate is known even when refit=False.
         if self.refit or not scoring.multimetric:
             if callable(self.refit):
-                index = self.refit(results)
-                if (
-                    isinstance(index, bool)
-                    or not isinstance(index, numbers.Integral)
-                    or not 0 <= int(index) < len(trials)
-                ):
-                    raise InvalidParameterError(
-                        "refit",
-                        f"the refit callable must return an index in [0, {len(trials)}), got {index!r}",
-                    )
-                self.best_index_ = int(index)
+                self.best_index_ = refit_index(self.refit, results, len(trials))
             else:
                 assert refit_metric is not None
                 self.best_index_ = int(results[f"rank_test_{refit_metric}"].argmin())

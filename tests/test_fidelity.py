@@ -12,6 +12,7 @@ import pytest
 from sklearn.datasets import make_classification
 from sklearn.ensemble import (
     AdaBoostClassifier,
+    ExtraTreesClassifier,
     GradientBoostingClassifier,
     HistGradientBoostingClassifier,
     RandomForestClassifier,
@@ -172,9 +173,9 @@ def test_warm_start_ensembles_grow_to_the_same_model(estimator: Any, param: str)
     assert (small.continued, grown.continued, once.continued) == (False, True, False)
     assert (small.work, grown.work) == (4, 8)
     assert np.array_equal(grown.estimator.predict_proba(X), once.estimator.predict_proba(X))
-    # The helper set warm_start; the state it continued from is untouched.
+    # The helper set warm_start for the fit only; the state it continued from is untouched.
     warm = param.rpartition("__")[0] + "__warm_start" if "__" in param else "warm_start"
-    assert grown.estimator.get_params()[warm] is True
+    assert grown.estimator.get_params()[warm] is False
     assert small.estimator.get_params()[param] == 4
     assert estimator.get_params()[warm] is False
 
@@ -230,6 +231,56 @@ def test_logistic_regression_max_iter_continues_from_its_solution() -> None:
     # A converged model continued needs (almost) no iteration: it starts from its solution.
     again = train_param(once.estimator, X, Y, 400, 200, param="max_iter")
     assert again.continued and again.estimator.n_iter_[0] <= 1
+
+
+@pytest.mark.parametrize(
+    ("estimator", "param"),
+    [
+        # warm_start grows n_estimators and max_iter only: a deeper forest refitted
+        # warm keeps its old trees (probe: every promoted rung scored the first one).
+        (RandomForestClassifier(n_estimators=5, random_state=0), "max_depth"),
+        (ExtraTreesClassifier(n_estimators=5, random_state=0), "max_depth"),
+        # liblinear ignores warm_start: "continued" to 4 it held a 2-iteration fit.
+        (LogisticRegression(solver="liblinear"), "max_iter"),
+    ],
+)
+def test_a_warm_start_that_would_not_train_on_refits_to_the_model_of_its_resource(
+    estimator: Any, param: str
+) -> None:
+    small = train_param(estimator, X, Y, 2, param=param)
+    more = train_param(small.estimator, X, Y, 6, 2, param=param)
+    once = train_param(estimator, X, Y, 6, param=param)
+    assert not more.continued and more.work == 6
+    assert more.estimator.get_params()[param] == 6
+    np.testing.assert_array_equal(more.estimator.predict_proba(X), once.estimator.predict_proba(X))
+
+
+def test_a_trained_model_keeps_the_warm_start_its_owner_set() -> None:
+    # Probe: best_estimator_ came back warm_start=True; a fit on new data kept its trees.
+    fresh = train_param(RandomForestClassifier(random_state=0), X, Y, 3, param="n_estimators")
+    grown = train_param(fresh.estimator, X, Y, 6, 3, param="n_estimators")
+    assert grown.continued and len(grown.estimator.estimators_) == 6
+    for step in (fresh, grown):
+        assert step.estimator.warm_start is False
+    assert grown.estimator.n_estimators == 6
+    lr = train_param(LogisticRegression(), X, Y, 2, param="max_iter")
+    longer = train_param(lr.estimator, X, Y, 5, 2, param="max_iter")
+    assert longer.continued and longer.estimator.max_iter == 5
+    assert longer.estimator.warm_start is False
+    # A model whose owner asked for warm starts keeps asking.
+    warm = RandomForestClassifier(random_state=0, warm_start=True)
+    assert train_param(warm, X, Y, 3, param="n_estimators").estimator.warm_start is True
+
+
+def test_partial_fit_takes_classes_from_the_fit_parameters() -> None:
+    # fit(X, y, classes=...) as partial_fit's users write it failed every step
+    # ("got multiple values for keyword argument 'classes'").
+    step = train_partial_fit(
+        SGDClassifier(random_state=0), X[Y == 0], Y[Y == 0], 2, fit_params={"classes": [0, 1]}
+    )
+    assert list(step.estimator.classes_) == [0, 1]
+    refit = train("partial_fit", SGDClassifier(), X, Y, 2, fit_params={"classes": [0, 1, 2]})
+    assert list(refit.estimator.classes_) == [0, 1, 2]
 
 
 def test_a_parameter_without_warm_start_refits_and_says_so() -> None:

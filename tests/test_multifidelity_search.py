@@ -34,6 +34,10 @@ pytestmark = pytest.mark.cluster
 SGD_SPACE = {"alpha": Float(1e-5, 1e-1, log=True)}
 
 
+#: SearchCV's bounds left unset, as beside a Scheduler instance.
+UNSET = {"min_resource": None, "max_resource": None}
+
+
 @pytest.fixture(scope="module")
 def steady() -> Iterator[Client]:
     """Two one-thread workers without work stealing, so a promotion runs where its state
@@ -281,6 +285,21 @@ def test_any_strategy_with_asha(steady, digits, strategy):
         ),
         ({"resource": "n_samples", "max_resource": 1000}, "max_resource", "at most the 40 rows"),
         ({"scheduler": ASHA(1, 9), "min_resource": 1}, "scheduler", "carries its own"),
+        # Probes: the first was ignored, the next ones failed on the workers or with a
+        # bare ValueError / TypeError.
+        (
+            {"scheduler": ASHA(1, 9), "reduction_factor": 2, **UNSET},
+            "reduction_factor",
+            "carries its own reduction factor",
+        ),
+        (
+            {"scheduler": ASHA(10, 90, 3), "resource": "n_samples", **UNSET},
+            "scheduler",
+            "at most the 40 rows of the smallest training fold, got a top rung of 90 rows",
+        ),
+        ({"resource": "n_samples", "max_resource": "auto"}, "max_resource", "'auto' is None"),
+        ({"max_resource": [9]}, "max_resource", "must be an integer"),
+        ({"min_resource": "1"}, "min_resource", "must be an integer"),
         ({"keep_oof": True}, "keep_oof", "not kept with a scheduler"),
     ],
 )
@@ -374,3 +393,35 @@ def test_a_preferred_worker_that_is_gone_does_not_block_the_task(steady):
     source = WaveSource(n=4, wave=4)
     WorkLoop(steady, _PinnedKind("tcp://127.0.0.1:9"), source, name="gone").run()
     assert source.results == {x: x * x for x in range(4)}
+
+
+def test_n_samples_train_scores_score_the_rows_each_model_trained_on(client):
+    # Probe: train scores were taken on the whole training fold, rows the model at a
+    # low rung never saw (1-NN scored 0.82 on its "train" rows; scikit-learn: 1.0).
+    from sklearn.neighbors import KNeighborsClassifier
+
+    X, y = load_digits(return_X_y=True)
+    search = _search(
+        client,
+        KNeighborsClassifier(n_neighbors=1),
+        space={"weights": ["uniform", "distance"], "p": [1, 2]},
+        strategy="grid",
+        scheduler="halving",
+        resource="n_samples",
+        min_resource=None,
+        max_resource=None,
+        return_train_score=True,
+    ).fit(X[:400], y[:400])
+    r = search.cv_results_
+    assert len(set(r["n_resources"].tolist())) > 1
+    assert np.all(r["mean_train_score"] == 1.0)
+
+
+def test_a_refit_callable_index_is_checked_with_a_scheduler(steady, digits):
+    # Probe: 10_000 raised a bare IndexError after the search, -1 picked the last row.
+    X, y = digits
+    for bad in (10_000, -1):
+        with pytest.raises(InvalidParameterError, match=r"must return an index in \[0, "):
+            _search(steady, n_trials=3, max_resource=3, refit=lambda r, bad=bad: bad).fit(X, y)
+    search = _search(steady, n_trials=3, max_resource=3, refit=lambda r: 0).fit(X, y)
+    assert search.best_index_ == 0
