@@ -108,6 +108,44 @@ def test_classifier_takes_any_labels_and_float64(data: tuple[np.ndarray, np.ndar
     assert len(net.history) == 20
 
 
+def test_classes_given_in_any_order_train_the_labels_and_sort_as_scikit_learn(
+    data: tuple[np.ndarray, np.ndarray],
+) -> None:
+    # Probe: classes=[7, 3, 9] (as pandas' unique() gives them) trained two labels as one
+    # class index, silently (train accuracy 0.23 against 0.99).
+    X, _ = data
+    y = np.array([3, 7, 9])[(X[:, 0] > 0).astype(int) + (X[:, 1] > 0).astype(int)]
+    kwargs: dict[str, Any] = {"module__n_out": 3, "lr": 0.05, "max_epochs": 20}
+    net = TorchClassifier(MLP, **kwargs, random_state=0)
+    expected = net.fit(X, y).predict_proba(X)
+    for order in ([7, 3, 9], [9, 7, 3], [9, 3, 7, 3]):
+        shuffled = TorchClassifier(MLP, **kwargs, classes=order, random_state=0).fit(X, y)
+        assert list(shuffled.classes_) == [3, 7, 9]
+        np.testing.assert_allclose(shuffled.predict_proba(X), expected, rtol=1e-5, atol=1e-6)
+        assert shuffled.score(X, y) > 0.9
+
+
+def test_predict_and_score_before_fit_raise_not_fitted(data: tuple[np.ndarray, np.ndarray]) -> None:
+    from sklearn.exceptions import NotFittedError
+
+    X, y = data
+    for method in ("predict", "predict_proba", "score"):
+        args = (X, y) if method == "score" else (X,)
+        with pytest.raises(NotFittedError):
+            getattr(TorchClassifier(MLP), method)(*args)
+
+
+def test_a_numpy_integer_batch_size_trains(data: tuple[np.ndarray, np.ndarray]) -> None:
+    # As a search space's array draws it; torch's DataLoader refused it ("should be a
+    # positive integer value, but got batch_size=16"), failing every trial.
+    X, y = data
+    for cls, target in ((TorchClassifier, y), (TorchRegressor, X[:, :1])):
+        kwargs: dict[str, Any] = {"module__n_out": 1} if cls is TorchRegressor else {}
+        net = cls(MLP, **kwargs, batch_size=np.int64(16), max_epochs=1, random_state=0)
+        net.fit(X, target)
+        assert net.history[-1]["train_batch_count"] == N // 16
+
+
 @pytest.mark.parametrize("names", [["no", "yes"], [3, 7]])
 def test_validation_scores_compare_labels_with_labels(
     data: tuple[np.ndarray, np.ndarray], names: list[Any]
@@ -418,3 +456,58 @@ def test_a_registered_net_loads_only_into_a_net_of_its_class(
             registry.load_model("reg", module=TorchClassifier(MLP))
         with pytest.raises(FormatError, match="not fitted"):
             registry.register_model("unfitted", TorchClassifier(MLP))
+
+
+class ActMLP(torch.nn.Module):
+    """An MLP whose activation is a class parameter (``module__act``)."""
+
+    def __init__(self, act: Any = torch.nn.ReLU, hidden: int = 8) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(D, hidden), act(), torch.nn.Linear(hidden, 2)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def test_loading_into_a_net_without_the_registered_classes_warns(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    # Probe: module__act=Tanh (not plain data, so not stored) loaded as ReLU with no word,
+    # and predicted other probabilities.
+    X, y = data
+    net = TorchClassifier(ActMLP, module__act=torch.nn.Tanh, max_epochs=2, random_state=0)
+    net.fit(X, y)
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as registry:
+        registry.register_model("act", net)
+        with pytest.warns(UserWarning, match=r"module__act was torch\.nn\..*:Tanh when registered"):
+            wrong = registry.load_model("act", module=TorchClassifier(ActMLP))
+        assert isinstance(wrong.module_.layers[1], torch.nn.ReLU)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            right = registry.load_model(
+                "act", module=TorchClassifier(ActMLP, module__act=torch.nn.Tanh)
+            )
+        np.testing.assert_allclose(right.predict_proba(X), net.predict_proba(X), rtol=1e-6)
+
+
+def test_a_pipeline_holding_a_net_is_refused_saying_why_and_pickles_when_asked(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Any
+) -> None:
+    # Probe: the search's warning gave skops' internal error ("module 'skorch.net' has no
+    # attribute '_virtual_setattr'") instead of the cause.
+    from dmlsearch.registry import FormatError
+
+    X, y = data
+    pipe = make_pipeline(StandardScaler(), TorchClassifier(MLP, max_epochs=1, random_state=0))
+    pipe.fit(X, y)
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}") as registry:
+        with pytest.raises(FormatError, match=r"holds a torch net \(torchclassifier\)") as info:
+            registry.register_model("pipe", pipe)
+        assert "_virtual_setattr" not in str(info.value)
+        registry.register_model("pipe", pipe, allow_pickle=True)
+        loaded = registry.load_model("pipe", allow_pickle=True)
+        np.testing.assert_allclose(loaded.predict_proba(X), pipe.predict_proba(X), rtol=1e-6)

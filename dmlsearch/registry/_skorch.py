@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import warnings
 from typing import Any
 
 __all__ = ["SKORCH_NET", "dump_net", "is_skorch_net", "load_net", "nested_net"]
@@ -53,6 +54,30 @@ def _class_path(obj: Any) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def _describe(value: Any) -> Any:
+    """A parameter as metadata can compare it: plain data as it is, a class or function
+    by its import path, an object by its class's (its state is not compared)."""
+    if isinstance(value, list | tuple):
+        return [_describe(v) for v in value]
+    if is_plain(value):
+        return value
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', '?')}:{value.__qualname__}"
+    return f"an instance of {_class_path(value)}"
+
+
+def _unplain_mismatches(stored: dict[str, Any], net: Any) -> list[str]:
+    """The parameters that are not plain data whose value in ``net`` differs from the one
+    described at registration (they cannot be stored; ``net`` must bring them)."""
+    given = net.get_params(deep=False)
+    wrong = []
+    for name, described in stored.items():
+        now = _describe(given[name]) if name in given else "not set"
+        if now != described:
+            wrong.append(f"{name} was {described} when registered; the net passed has {now}")
+    return wrong
+
+
 def dump_net(net: Any) -> tuple[bytes, dict[str, Any]]:
     """``(artifact bytes, metadata)`` of a fitted net; FormatError if it is not fitted."""
     import torch
@@ -68,14 +93,20 @@ def dump_net(net: Any) -> tuple[bytes, dict[str, Any]]:
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    params = {k: v for k, v in net.get_params(deep=False).items() if is_plain(v)}
+    every = net.get_params(deep=False)
+    params = {k: v for k, v in every.items() if is_plain(v)}
+    # Classes, functions and objects cannot be stored safely: the loading net brings them,
+    # and their description says when it brings other ones (an activation class searched
+    # as module__act, a criterion).
+    objects = {k: _describe(v) for k, v in every.items() if not is_plain(v)}
     # Fitted attributes that are plain data (a regressor's target shape, the seed).
     fitted = {
         k: v
         for k, v in vars(net).items()
         if k.endswith("_") and not k.startswith("_") and k != "initialized_" and is_plain(v)
     }
-    return buffer.getvalue(), {"class": _class_path(net), "params": params, "fitted": fitted}
+    meta = {"class": _class_path(net), "params": params, "fitted": fitted, "objects": objects}
+    return buffer.getvalue(), meta
 
 
 def load_net(data: bytes, meta: dict[str, Any], net: Any) -> Any:
@@ -101,6 +132,16 @@ def load_net(data: bytes, meta: dict[str, Any], net: Any) -> Any:
     except Exception as exc:  # a swapped or damaged artifact: say so, as other formats do
         raise FormatError(f"the net's weights could not be read: {exc}") from exc
     fitted = clone(net).set_params(**meta.get("params", {}))
+    wrong = _unplain_mismatches(meta.get("objects", {}), fitted)
+    if wrong:
+        warnings.warn(
+            "the net passed as module= differs from the registered one in what the registry "
+            f"cannot store: {'; '.join(wrong)}. The weights are loaded into the net passed; "
+            "set those parameters on it (e.g. TorchClassifier(MyNet, module__act=torch.nn."
+            "Tanh)) to load the registered model",
+            UserWarning,
+            stacklevel=3,
+        )
     fitted.initialize()
     try:
         fitted.module_.load_state_dict(payload["module"])

@@ -167,7 +167,18 @@ def _dump_skops(model: Any, allow_pickle: bool) -> Serialized:
     """skops bytes that load back (checked here, as :func:`load_model` loads them)."""
     import skops.io as sio
 
+    from ._skorch import nested_net
+
     name = type(model).__name__
+    net = nested_net(model)
+    if net is not None:  # skops dumps it, then fails to load it with an internal error
+        if allow_pickle:
+            return _pickled(model)
+        raise _refused(
+            model,
+            f"{name} holds a torch net ({net}): skops cannot load a fitted net back, and "
+            "the skorch-net format holds a net alone",
+        )
     try:
         data = sio.dumps(model)
     except Exception as exc:  # skops refuses some objects: say which way out

@@ -155,6 +155,15 @@ class _TorchEstimator:
         )
         self.random_state = random_state
 
+    def get_params_for(self, prefix: str) -> dict[str, Any]:
+        """skorch's, with a NumPy integer ``batch_size`` (a searched value drawn from an
+        array) handed to torch's DataLoader as the ``int`` it requires."""
+        params: dict[str, Any] = super().get_params_for(prefix)  # type: ignore[misc]
+        fixed = prefix.startswith("iterator_") and "batch_size" not in params
+        if fixed and _is_int(self.batch_size):
+            params["batch_size"] = int(self.batch_size)
+        return params
+
     def _check_params(self) -> None:
         """Raise :class:`InvalidParameterError` for a parameter skorch would fail on later."""
         if not _is_module(self.module):
@@ -198,7 +207,7 @@ class _TorchEstimator:
 
     def trainer_options(self) -> dict[str, Any]:
         """The ``trainer__*`` options with their defaults; InvalidParameterError if bad."""
-        given: dict[str, Any] = self.get_params_for("trainer")  # type: ignore[attr-defined]
+        given: dict[str, Any] = self.get_params_for("trainer")
         return check_trainer_options(given)
 
     # -- parameters -------------------------------------------------------------------------
@@ -384,6 +393,17 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
     ) -> None:
         super().__init__(module, *args, criterion=criterion, **kwargs)
 
+    @property
+    def classes_(self) -> np.ndarray:
+        """The class labels, sorted as scikit-learn's (skorch gives ``classes`` in the
+        order given: its index would not be the label's, as trained by ``_target``)."""
+        known = self.__dict__.get("classes_inferred_")
+        if known is not None:
+            return np.asarray(known)
+        if self.classes is not None and len(self.classes):
+            return np.unique(np.asarray(self.classes))
+        return super().classes_
+
     def check_data(self, X: Any, y: Any) -> None:
         # skorch infers classes_ from the y it trains on; here y is already encoded and
         # classes_ set from the labels (_target).
@@ -433,7 +453,9 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
         labels = labels_of(y)
         known = self.classes if self.classes is not None else self.__dict__.get("classes_inferred_")
         try:
-            classes = np.unique(labels) if known is None else np.asarray(known)
+            # Sorted, as scikit-learn's classes_: the index of a label is its rank (a
+            # given order, e.g. pandas' unique(), made two labels share an index).
+            classes = np.unique(labels if known is None else np.asarray(known))
         except TypeError as exc:  # labels of several types: 1 and "a" do not sort
             kinds = sorted({type(v).__name__ for v in labels})
             raise InvalidParameterError(
@@ -483,7 +505,8 @@ class TorchClassifier(_TorchEstimator, NeuralNetClassifier):
 
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class label of each row (labels as in ``classes_``)."""
-        return np.asarray(self.classes_)[self.predict_proba(X).argmax(axis=1)]
+        proba = self.predict_proba(X)  # first: an unfitted net raises NotFittedError here
+        return np.asarray(self.classes_)[proba.argmax(axis=1)]
 
 
 class TorchRegressor(_TorchEstimator, NeuralNetRegressor):
