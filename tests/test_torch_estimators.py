@@ -511,3 +511,29 @@ def test_a_pipeline_holding_a_net_is_refused_saying_why_and_pickles_when_asked(
         registry.register_model("pipe", pipe, allow_pickle=True)
         loaded = registry.load_model("pipe", allow_pickle=True)
         np.testing.assert_allclose(loaded.predict_proba(X), pipe.predict_proba(X), rtol=1e-6)
+
+
+def test_optimizer_and_criterion_arguments_are_checked_as_module_ones(
+    data: tuple[np.ndarray, np.ndarray], client: Any
+) -> None:
+    # Probe: optimizer__momentm gave a bare TypeError at fit, and a search over it (or over
+    # Adam's non-existent momentum) failed every trial instead of being refused first.
+    X, y = data
+    for kwargs, part in (
+        ({"optimizer__momentm": 0.9}, "optimizer"),
+        ({"criterion__reductio": "sum"}, "criterion"),
+    ):
+        with pytest.raises(InvalidParameterError, match="unexpected keyword") as info:
+            TorchClassifier(MLP, max_epochs=1, **kwargs).fit(X, y)
+        assert info.value.param == part
+    with pytest.raises(InvalidParameterError, match="did you mean optimizer__momentum"):
+        TorchClassifier(MLP, optimizer=torch.optim.SGD).set_params(optimizer__momentm=0.9)
+    net = TorchClassifier(MLP, optimizer=torch.optim.SGD).set_params(optimizer__momentum=0.9)
+    assert net.get_params()["optimizer__momentum"] == 0.9
+    for space in ({"optimizer__momentum": [0.0, 0.9]}, {"criterion__reductio": ["sum"]}):
+        search = SearchCV(
+            TorchClassifier(MLP, max_epochs=1), space, cv=2, client=client, progress=False
+        )
+        with pytest.raises(InvalidParameterError, match="is not a parameter of the") as info:
+            search.fit(X, y)
+        assert info.value.param == "search_space"

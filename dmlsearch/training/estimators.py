@@ -46,6 +46,7 @@ from skorch import NeuralNet, NeuralNetClassifier, NeuralNetRegressor
 from skorch.callbacks import BatchScoring, EpochScoring
 from skorch.utils import is_dataset, to_numpy
 
+from .._validation import close_parameter
 from ..exceptions import InvalidParameterError, NonFiniteOutputError
 from ..registry._checks import INT64_MAX
 from ._checks import TRAINER_DEFAULTS, check_trainer_options, diverged
@@ -85,6 +86,19 @@ def _keyword_defaults(cls: Any) -> dict[str, Any]:
         and p.default is not p.empty
         and name not in _NOT_LISTED
     }
+
+
+def _constructor_names(cls: Any) -> set[str] | None:
+    """The names ``cls``'s constructor takes; None when any (``**kwargs``), or unknown."""
+    if not isinstance(cls, type):
+        return None
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 def _in_dask_task() -> bool:
@@ -222,6 +236,27 @@ class _TorchEstimator:
                 params.setdefault(f"trainer__{name}", default)
         return params
 
+    def set_params(self, **params: Any) -> Any:
+        """skorch's, refusing a ``module__``/``optimizer__``/``criterion__`` argument its
+        class's constructor does not take (skorch takes any name, and the fit then fails;
+        a search's candidate with it is refused before any trial)."""
+        for name in params:
+            part, _, leaf = name.partition("__")
+            if part not in ("module", "optimizer", "criterion") or not leaf or "__" in leaf:
+                continue
+            cls = params.get(part, getattr(self, part, None))
+            names = _constructor_names(cls)
+            if names is None or leaf in names or leaf == "param_groups":
+                continue
+            close = close_parameter(leaf, names)
+            hint = f"; did you mean {part}__{close}?" if close else ""
+            raise InvalidParameterError(
+                name,
+                f"{getattr(cls, '__name__', part)} takes no argument {leaf!r}{hint} (it takes: "
+                f"{', '.join(sorted(names - {'self', 'params'}))})",
+            )
+        return super().set_params(**params)  # type: ignore[misc]
+
     def __sklearn_clone__(self) -> Any:
         # A trainer__client Client is a handle to a shared cluster: shared, never deepcopied.
         params = self.get_params(deep=False)
@@ -283,6 +318,35 @@ class _TorchEstimator:
                 f"{name}(**module__ parameters) failed: {exc}. Pass the arguments its "
                 "constructor takes as module__<name>",
             ) from exc
+
+    def initialize_criterion(self) -> Any:
+        try:
+            return super().initialize_criterion()  # type: ignore[misc]
+        except TypeError as exc:
+            raise self._refused_arguments("criterion", exc) from exc
+
+    def initialize_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().initialize_optimizer(*args, **kwargs)  # type: ignore[misc]
+        except TypeError as exc:
+            raise self._refused_arguments("optimizer", exc) from exc
+
+    def _refused_arguments(self, part: str, exc: TypeError) -> InvalidParameterError:
+        """A constructor's TypeError on ``<part>__*`` arguments, as the user's error."""
+        cls = getattr(self, part)
+        name = getattr(cls, "__name__", type(cls).__name__)
+        known = _keyword_defaults(cls) if isinstance(cls, type) else {}
+        hints = []
+        for given in self.get_params_for(part):
+            close = close_parameter(given, known) if given not in known else None
+            if close is not None:
+                hints.append(f"{part}__{given}: did you mean {part}__{close}?")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        return InvalidParameterError(
+            part,
+            f"{name}(**{part}__ parameters) failed: {exc}{hint}. Pass only the arguments its "
+            f"constructor takes, as {part}__<name>",
+        )
 
     def on_epoch_begin(self, net: Any, **kwargs: Any) -> None:
         super().on_epoch_begin(net, **kwargs)  # type: ignore[misc]
