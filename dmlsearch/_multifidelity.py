@@ -35,6 +35,7 @@ from ._search_support import (
     page_told,
     refit_index,
     resolve_seed,
+    seeded_globals,
     strategy_name,
 )
 from ._validation import cv_splits
@@ -432,12 +433,13 @@ def _refit(search: SearchCV, resource: str, X: Any, y: Any, fit_params: dict[str
     """
     estimator = clone(search.estimator).set_params(**clone(search.best_params_, safe=False))
     t0 = time.perf_counter()
-    if resource == "n_samples":
-        estimator.fit(X, y, **fit_params)
-    else:
-        estimator = train(
-            resource, estimator, X, y, search.best_resource_, fit_params=fit_params
-        ).estimator
+    with seeded_globals(search.trials_[search.best_index_].seed):  # as SearchCV's refit
+        if resource == "n_samples":
+            estimator.fit(X, y, **fit_params)
+        else:
+            estimator = train(
+                resource, estimator, X, y, search.best_resource_, fit_params=fit_params
+            ).estimator
     search.refit_time_ = time.perf_counter() - t0
     search.best_estimator_ = estimator
     if hasattr(estimator, "feature_names_in_"):

@@ -23,6 +23,7 @@ __all__ = [
     "page_told",
     "refit_index",
     "resolve_seed",
+    "seeded_globals",
     "strategy_name",
 ]
 
@@ -40,6 +41,26 @@ def refit_index(refit: Any, results: dict[str, Any], n_rows: int) -> int:
             "refit", f"the refit callable must return an index in [0, {n_rows}), got {index!r}"
         )
     return int(index)
+
+
+@contextmanager
+def seeded_globals(seed: int | None) -> Iterator[None]:
+    """NumPy's and ``random``'s global generators seeded with ``seed`` inside the block,
+    as a trial's are on its worker, and given back as they were after it (they are the
+    caller's). ``seed=None``: untouched."""
+    if seed is None:
+        yield
+        return
+    import random
+
+    saved = np.random.get_state(), random.getstate()
+    np.random.seed(int(seed) % (2**32))
+    random.seed(int(seed))
+    try:
+        yield
+    finally:
+        np.random.set_state(saved[0])
+        random.setstate(saved[1])
 
 
 def resolve_seed(random_state: Any) -> int:

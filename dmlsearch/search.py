@@ -34,6 +34,7 @@ from ._search_support import (
     page_told,
     refit_index,
     resolve_seed,
+    seeded_globals,
     strategy_name,
 )
 from ._validation import check_fit_data, cv_splits
@@ -523,10 +524,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def _refit(self, X: Any, y: Any, fit_params: dict[str, Any]) -> None:
         estimator = clone(self.estimator).set_params(**clone(self.best_params_, safe=False))
         t0 = time.perf_counter()
-        if y is None:
-            estimator.fit(X, **fit_params)
-        else:
-            estimator.fit(X, y, **fit_params)
+        # As the best trial's fits drew: an estimator left at random_state=None refits
+        # the same model on every run of a seeded search.
+        with seeded_globals(self.trials_[self.best_index_].seed):
+            if y is None:
+                estimator.fit(X, **fit_params)
+            else:
+                estimator.fit(X, y, **fit_params)
         self.refit_time_ = time.perf_counter() - t0
         self.best_estimator_ = estimator
         if hasattr(estimator, "feature_names_in_"):

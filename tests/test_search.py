@@ -511,3 +511,36 @@ def test_progress_bar_reports_best(client, data, capsys):
     err = capsys.readouterr().err
     assert "2/2" in err and "best" in err
     assert "Dask dashboard: http://127.0.0.1:" in err
+
+
+@pytest.mark.parametrize("scheduler", [None, "halving"])
+def test_a_seeded_search_refits_the_same_model_and_leaves_the_global_generators(
+    client, data, scheduler
+):
+    # Probe: with random_state=None on the estimator, the trials were seeded but the refit
+    # drew from the caller's global generator, so best_estimator_ differed run to run.
+    import random
+
+    from sklearn.ensemble import ExtraTreesClassifier
+
+    X, y = data
+    extra = {} if scheduler is None else {"resource": "n_estimators", "max_resource": 9}
+    probas = []
+    for outer in (1, 2):
+        np.random.seed(outer)
+        random.seed(outer)
+        before = np.random.get_state()[1].copy()
+        search = SearchCV(
+            ExtraTreesClassifier(n_estimators=5),
+            {"max_features": [0.3, 0.6, 1.0]},
+            strategy="grid",
+            cv=3,
+            random_state=0,
+            client=client,
+            progress=False,
+            scheduler=scheduler,
+            **extra,
+        ).fit(X, y)
+        assert np.array_equal(np.random.get_state()[1], before)  # the caller's, untouched
+        probas.append(search.best_estimator_.predict_proba(X))
+    np.testing.assert_array_equal(probas[0], probas[1])
