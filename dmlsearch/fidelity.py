@@ -114,18 +114,22 @@ def check_resource(resource: Any, estimator: Any) -> str:
         )
     if resource == "partial_fit":
         if not callable(getattr(estimator, "partial_fit", None)):
+            counts = _count_parameters(estimator)
+            named = f"{counts[:3]}" if counts else "(e.g. 'n_estimators', 'max_iter')"
             raise InvalidParameterError(
                 "resource",
                 f"'partial_fit' needs an estimator with a partial_fit method; "
-                f"{type(estimator).__name__} has none. Use an estimator parameter "
-                "(e.g. 'n_estimators', 'max_iter') or 'n_samples'",
+                f"{type(estimator).__name__} has none. Use an estimator parameter {named} "
+                "or 'n_samples'",
             )
         return resource
     if resource == "n_samples":
         return resource
     params = estimator.get_params(deep=True)
     if resource not in params:
-        close = difflib.get_close_matches(resource, list(params), n=3)
+        # A step's parameter of that name first (a Pipeline's 'rf__n_estimators').
+        close = [p for p in params if p.rpartition("__")[2] == resource]
+        close = close or difflib.get_close_matches(resource, list(params), n=3)
         hint = f"; did you mean {close}?" if close else ""
         raise InvalidParameterError(
             "resource",
@@ -141,6 +145,17 @@ def check_resource(resource: Any, estimator: Any) -> str:
             f"(or use one of {list(RESOURCES)})",
         )
     return resource
+
+
+def _count_parameters(estimator: Any) -> list[str]:
+    """``estimator``'s parameters that count training units (``n_estimators``,
+    ``max_iter``, ``max_epochs``), a Pipeline's steps' included."""
+    try:
+        params = estimator.get_params(deep=True)
+    except Exception:  # not an estimator: nothing to suggest
+        return []
+    leaves = ("n_estimators", "max_iter", "max_epochs")
+    return [p for p in params if p.rpartition("__")[2] in leaves]
 
 
 def _refuses_counts(estimator: Any, params: dict[str, Any], name: str) -> str | None:

@@ -61,6 +61,17 @@ def _quiet() -> Any:
     ("resource", "estimator", "words"),
     [
         ("partial_fit", RandomForestClassifier(), ["partial_fit", "RandomForestClassifier"]),
+        # A Pipeline's step parameters named, as the probe expected them.
+        (
+            "partial_fit",
+            make_pipeline(StandardScaler(), SGDClassifier()),
+            ["Pipeline has none", "['sgdclassifier__max_iter']"],
+        ),
+        (
+            "n_estimators",
+            make_pipeline(StandardScaler(), RandomForestClassifier()),
+            ["did you mean ['randomforestclassifier__n_estimators']"],
+        ),
         (
             "n_estimator",
             RandomForestClassifier(),
