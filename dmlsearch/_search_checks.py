@@ -177,6 +177,27 @@ def _check_gang(search: SearchCV) -> None:
             )
 
 
+def check_gang_net(search: SearchCV, X: Any, y: Any) -> None:
+    """A torch estimator trained on a gang (``workers_per_trial > 1``): what its one-process
+    fit refuses before the first epoch (a module's outputs that do not match the classes,
+    its constructor's arguments), refused before any trial as the fit would. Skipped when
+    the space sets the module's or criterion's arguments: its candidates may differ."""
+    from .runner.gang_trials import is_torch_estimator
+
+    k = search.workers_per_trial
+    if not (_is_int(k) and k > 1) or not is_torch_estimator(search.estimator):
+        return
+    if hasattr(X, "dask") or y is None:
+        return  # not the arrays a gang trial trains on: its own checks say so
+    try:
+        names = {name for sub in as_space(search.search_space).subspaces for name in sub}
+    except DmlsearchError:  # the space's own check reports it
+        return
+    if any(name.split("__")[0] in ("module", "criterion") for name in names):
+        return
+    search.estimator.check_before_training(X, y)
+
+
 def check_early_stopping(
     estimator: Any, search_space: Any, fit_params: dict[str, Any], workers_per_trial: Any = 1
 ) -> None:

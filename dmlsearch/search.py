@@ -26,7 +26,7 @@ from ._oof import artifact_sink, memory_sink
 from ._recording import SearchRecorder, data_fingerprint
 from ._results import build_cv_results
 from ._scoring import Scoring, scorer_takes_weight
-from ._search_checks import check_early_stopping, validate_search
+from ._search_checks import check_early_stopping, check_gang_net, validate_search
 from ._search_recording import open_recorder, register_best
 from ._search_support import (
     PhaseClock,
@@ -298,6 +298,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         check_early_stopping(self.estimator, self.search_space, fit_params, self.workers_per_trial)
         # Before anything reads the data's length (a Dask DataFrame would compute it).
         check_fit_data(X, y, groups)
+        check_gang_net(self, X, y)
         if self.scheduler is not None:
             from ._multifidelity import fit_multifidelity
 

@@ -151,6 +151,10 @@ def test_bad_settings_fail_before_any_work(
         (net, {"scheduler": "asha", "resource": "partial_fit", "max_resource": 3}, "resource="),
         (net, {"scheduler": "asha", "resource": "n_samples", "max_resource": 3}, "max_epochs"),
         (net, {"keep_oof": True}, "keep_oof"),
+        # What a one-process fit refuses before its first epoch (probe: every trial ran,
+        # then AllTrialsFailedError).
+        (clone(net).set_params(module__n_out=3), {}, "3 outputs a row but y has 2 classes"),
+        (TorchClassifier(MLP, module__hiden=4, batch_size=16), {}, "unexpected keyword"),
     ]
     for estimator, kwargs, text in cases:
         space = {"C": [1.0]} if isinstance(estimator, LogisticRegression) else {"lr": [0.1]}

@@ -427,6 +427,15 @@ class _TorchEstimator:
     def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
         """InvalidParameterError if the module's outputs cannot match ``y`` (subclasses)."""
 
+    def check_before_training(self, X: Any, y: Any) -> None:
+        """What ``fit(X, y)`` refuses before its first epoch, checked on a copy of this
+        unfitted net (a data-parallel search checks its estimator so before any trial)."""
+        net = clone(self)
+        net.initialize()
+        X = _float32(X)
+        check_rows(X, y)
+        try_first_rows(net, X, net._target(X, y))
+
     def try_batch(self, X: Any, y: Any) -> None:
         """The module and criterion on the first rows of ``X`` (float32) and the encoded
         ``y``, before training (:func:`._inputs.try_first_rows`)."""
