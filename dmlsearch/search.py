@@ -544,7 +544,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         ``value`` is the objective the strategy maximised, as Optuna names it: the mean
         test score of the refit metric (the first metric when ``refit`` names none), NaN
         for a trial that did not complete. ``mean_test_<metric>`` are ``cv_results_``'s
-        columns, as scikit-learn names them (failed trials hold ``error_score``).
+        columns, as scikit-learn names them (failed trials hold ``error_score``). With a
+        scheduler, one row per (trial, rung) step, with its ``iter`` and ``n_resources``.
         """
         check_is_fitted(self, "trials_")
         results = self.cv_results_
@@ -563,6 +564,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 "state": t.state,
             }
             row.update({f"mean_test_{m}": float(results[f"mean_test_{m}"][i]) for m in metrics})
+            row.update({k: int(results[k][i]) for k in ("iter", "n_resources") if k in results})
             row.update(
                 {
                     "duration": t.duration,

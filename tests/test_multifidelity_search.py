@@ -425,3 +425,15 @@ def test_a_refit_callable_index_is_checked_with_a_scheduler(steady, digits):
             _search(steady, n_trials=3, max_resource=3, refit=lambda r, bad=bad: bad).fit(X, y)
     search = _search(steady, n_trials=3, max_resource=3, refit=lambda r: 0).fit(X, y)
     assert search.best_index_ == 0
+
+
+def test_trials_dataframe_of_a_rung_search_names_each_steps_rung(steady, digits):
+    # Probe: one row per step, but nothing told a trial's rungs apart.
+    X, y = digits
+    search = _search(steady, scheduler="halving", n_trials=9, max_resource=9).fit(X, y)
+    frame = search.trials_dataframe()
+    r = search.cv_results_
+    assert len(frame) == len(r["trial"])
+    assert frame["n_resources"].tolist() == r["n_resources"].tolist()
+    assert frame["iter"].tolist() == r["iter"].tolist()
+    assert frame["number"].tolist() == r["trial"].tolist()
