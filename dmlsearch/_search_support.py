@@ -44,13 +44,10 @@ def refit_index(refit: Any, results: dict[str, Any], n_rows: int) -> int:
 
 
 @contextmanager
-def seeded_globals(seed: int | None) -> Iterator[None]:
+def seeded_globals(seed: int) -> Iterator[None]:
     """NumPy's and ``random``'s global generators seeded with ``seed`` inside the block,
     as a trial's are on its worker, and given back as they were after it (they are the
-    caller's). ``seed=None``: untouched."""
-    if seed is None:
-        yield
-        return
+    caller's)."""
     import random
 
     saved = np.random.get_state(), random.getstate()

@@ -50,6 +50,10 @@ __all__ = [
     "train_partial_fit",
 ]
 
+#: The estimator parameters that scikit-learn's ``warm_start`` trains on from a fitted
+#: state (ensembles grow, iterative solvers iterate on): the counting ones it continues.
+_GROWN = ("n_estimators", "max_iter")
+
 #: The resource names that are not an estimator parameter.
 RESOURCES: tuple[str, ...] = ("partial_fit", "n_samples")
 
@@ -154,7 +158,7 @@ def _count_parameters(estimator: Any) -> list[str]:
         params = estimator.get_params(deep=True)
     except Exception:  # not an estimator: nothing to suggest
         return []
-    leaves = ("n_estimators", "max_iter", "max_epochs")
+    leaves = (*_GROWN, "max_epochs")  # and a skorch net's epochs
     return [p for p in params if p.rpartition("__")[2] in leaves]
 
 
@@ -220,7 +224,7 @@ def _grows(estimator: Any, param: str) -> bool:
     anew by a refit, and a warm-started fit without more members or iterations keeps the
     old model. ``LogisticRegression(solver="liblinear")`` ignores ``warm_start``.
     """
-    if param.rpartition("__")[2] not in ("n_estimators", "max_iter"):
+    if param.rpartition("__")[2] not in _GROWN:
         return False
     step = _step_of(estimator, param)
     return not (type(step).__name__ == "LogisticRegression" and step.solver == "liblinear")

@@ -312,12 +312,7 @@ class _TorchEstimator:
                     torch.manual_seed(_seed(seed, 0))
                 return super().initialize_module()  # type: ignore[misc]
         except TypeError as exc:
-            name = getattr(self.module, "__name__", type(self.module).__name__)
-            raise InvalidParameterError(
-                "module",
-                f"{name}(**module__ parameters) failed: {exc}. Pass the arguments its "
-                "constructor takes as module__<name>",
-            ) from exc
+            raise self._refused_arguments("module", exc) from exc
 
     def initialize_criterion(self) -> Any:
         try:
@@ -335,7 +330,7 @@ class _TorchEstimator:
         """A constructor's TypeError on ``<part>__*`` arguments, as the user's error."""
         cls = getattr(self, part)
         name = getattr(cls, "__name__", type(cls).__name__)
-        known = _keyword_defaults(cls) if isinstance(cls, type) else {}
+        known = _constructor_names(cls) or set()
         hints = []
         for given in self.get_params_for(part):
             close = close_parameter(given, known) if given not in known else None
@@ -412,6 +407,18 @@ class _TorchEstimator:
         return y
 
     def fit_loop(self, X: Any, y: Any = None, epochs: Any = None, **fit_params: Any) -> Any:
+        X, y = self._checked_inputs(X, y)
+        # The epochs reseed torch's global generator: give the caller's state back after.
+        with torch.random.fork_rng(devices=[]):
+            return super().fit_loop(X, y, epochs=epochs, **fit_params)  # type: ignore[misc]
+
+    def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
+        """InvalidParameterError if the module's outputs cannot match ``y`` (subclasses)."""
+
+    def _checked_inputs(self, X: Any, y: Any) -> tuple[Any, Any]:
+        """``(X, y)`` as the epochs train on them (float32 rows, class indices), after
+        everything refused before the first epoch: the rows, the labels, the module and
+        criterion on the first rows."""
         if not is_dataset(X):
             X = _float32(X)
             check_rows(X, y)
@@ -420,21 +427,14 @@ class _TorchEstimator:
             self.try_batch(X, y)
         else:
             self._commit_target()
-        # The epochs reseed torch's global generator: give the caller's state back after.
-        with torch.random.fork_rng(devices=[]):
-            return super().fit_loop(X, y, epochs=epochs, **fit_params)  # type: ignore[misc]
-
-    def _check_output(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> None:
-        """InvalidParameterError if the module's outputs cannot match ``y`` (subclasses)."""
+        return X, y
 
     def check_before_training(self, X: Any, y: Any) -> None:
         """What ``fit(X, y)`` refuses before its first epoch, checked on a copy of this
         unfitted net (a data-parallel search checks its estimator so before any trial)."""
         net = clone(self)
         net.initialize()
-        X = _float32(X)
-        check_rows(X, y)
-        try_first_rows(net, X, net._target(X, y))
+        net._checked_inputs(X, y)
 
     def try_batch(self, X: Any, y: Any) -> None:
         """The module and criterion on the first rows of ``X`` (float32) and the encoded
