@@ -332,8 +332,8 @@ def _parquet_columns(
     except ImportError:
         return None
     try:
-        schema = pq.read_schema(path)
-        rows = pq.read_metadata(path).num_rows
+        with pq.ParquetFile(path) as footer:  # the footer alone, read once
+            schema, rows = footer.schema_arrow, footer.metadata.num_rows
     except Exception as exc:
         problems.add(("path",), f"cannot read {path.name}: {type(exc).__name__}: {exc}")
         return None
