@@ -519,3 +519,21 @@ def test_estimators_take_pandas_strings_and_2d_targets_data_parallel(client: Cli
     with pytest.raises(InvalidParameterError, match=r"toarray\(\)") as caught:
         classifier(**options).fit(scipy.sparse.csr_matrix(X), Y)
     assert caught.value.param == "X"
+
+
+@pytest.mark.cluster
+def test_workers_that_share_a_process_are_refused_before_any_rank_starts() -> None:
+    # torch.distributed keeps one default group per process: the second rank's rendezvous
+    # failed, and the process could abort ("terminate called without an active exception").
+    from distributed import LocalCluster
+
+    with (
+        LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        with pytest.raises(InvalidParameterError, match="shares its process") as info:
+            trainer(client=client).fit(X, Y)
+        assert "processes=True" in str(info.value)
+        assert not any(client.has_what().values())  # refused before the shards were placed
+        ssp = trainer(client=client, sync="ssp", shuffle=True).fit(X, Y)  # no process group
+        assert ssp.transport_ == "dask-actor" and len(ssp.history_) == 2

@@ -3,6 +3,7 @@ sockets left open in the workers after a job (docs/training.md)."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import socket
 import sys
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from distributed import Client, LocalCluster
 
 from dmlsearch.training import DataParallelTrainer
+from dmlsearch.training._shm import Collectives, _host_supports, capacity_for, open_collectives
 from dmlsearch.training._sync import GradientAllReduce
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -57,16 +59,22 @@ def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return batches
 
 
-def _train(rank: int, ddp: bool) -> dict[str, Any]:
-    """Train a Net (rank r built from seed r) with DDP or the trainer's all-reduce."""
+def _train(rank: int, how: str) -> dict[str, Any]:
+    """Train a Net (rank r built from seed r) with DDP or the trainer's all-reduce, over
+    torch.distributed ("dist") or shared memory ("shm")."""
     torch.manual_seed(rank)  # different weights per rank: the start broadcasts rank 0's
     model = Net()
     sync = None
     net: torch.nn.Module = model
-    if ddp:
+    comm = Collectives()
+    if how == "ddp":
         net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
     else:
-        sync = GradientAllReduce(model)
+        if how == "shm":
+            capacity = capacity_for([*model.parameters(), *model.buffers()])
+            comm = open_collectives(rank, 2, capacity, 30.0, True)
+            assert comm.name == ("shared-memory" if _host_supports() else "torch.distributed")
+        sync = GradientAllReduce(model, comm)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
     for x, y in _batches(rank):
         opt.zero_grad()
@@ -75,6 +83,7 @@ def _train(rank: int, ddp: bool) -> dict[str, Any]:
             sync.after_backward()
         opt.step()
     state = {k: v.detach().clone().numpy() for k, v in model.state_dict().items()}
+    comm.close(failed=False)
     return {"state": state, "never_grad": model.never.weight.grad is None}
 
 
@@ -82,7 +91,7 @@ def _rank(rank: int, port: int, out: Any) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        out.put((rank, {"ours": _train(rank, ddp=False), "ddp": _train(rank, ddp=True)}))
+        out.put((rank, {how: _train(rank, how) for how in ("dist", "shm", "ddp")}))
     finally:
         dist.destroy_process_group()
 
@@ -100,8 +109,8 @@ def test_allreduce_trains_as_ddp_with_buffers_and_unused_parameters() -> None:
     for p in procs:
         p.join(timeout=60)
     params = {name for name, _ in Net().named_parameters()}
-    for rank in (0, 1):
-        ours, ddp = results[rank]["ours"], results[rank]["ddp"]
+    for rank, how in itertools.product((0, 1), ("dist", "shm")):
+        ours, ddp = results[rank][how], results[rank]["ddp"]
         # Rank 0's parameters and buffers broadcast at the start, then the same steps. A
         # rank's buffers as DDP leaves them only on rank 0: DDP gives the others rank 0's
         # before each forward pass, the trainer after each step (the same at every
@@ -109,12 +118,17 @@ def test_allreduce_trains_as_ddp_with_buffers_and_unused_parameters() -> None:
         for name, want in ddp["state"].items():
             if rank == 0 or name in params:
                 np.testing.assert_allclose(
-                    ours["state"][name], want, atol=1e-6, err_msg=f"rank {rank}: {name}"
+                    ours["state"][name], want, atol=1e-6, err_msg=f"{how} rank {rank}: {name}"
                 )
         assert ours["never_grad"] and ddp["never_grad"]  # no rank used it: no weight decay
-    zero, one = results[0]["ours"]["state"], results[1]["ours"]["state"]
+    zero, one = results[0]["dist"]["state"], results[1]["dist"]["state"]
     for name in zero:  # parameters in step; buffers rank 0's
         np.testing.assert_allclose(one[name], zero[name], atol=1e-6, err_msg=name)
+        # Two ranks' sums are the same bits either way.
+        for rank in (0, 1):
+            assert np.array_equal(
+                results[rank]["shm"]["state"][name], results[rank]["dist"]["state"][name]
+            )
     torch.manual_seed(0)
     start = Net()
     assert np.array_equal(zero["never.weight"], start.never.weight.detach().numpy())

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import difflib
 import math
 import numbers
+import os
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -215,3 +217,25 @@ def diverged(losses: Iterable[tuple[Any, Any]]) -> str | None:
         f"epoch {pairs[-1][0]}): training diverged and the weights are likely NaN or "
         "infinite; try a smaller learning rate (or check the loss and the data)"
     )
+
+
+def check_own_processes(client: Any, workers: list[str]) -> None:
+    """InvalidParameterError when a rank's worker shares its process with another worker.
+
+    torch.distributed keeps one default process group per process: a second rank (of
+    this job or of another gang) started in the same process fails at its rendezvous, and
+    the failed group can abort the whole process. Workers of ``LocalCluster(processes=False)``
+    (``Client(processes=False)``) are threads of one process.
+    """
+    pids = client.run(os.getpid)  # every worker: another job's ranks may run beside these
+    counts = collections.Counter(pids.values())
+    shared = [w for w in workers if counts[pids.get(w)] > 1]
+    if shared:
+        raise InvalidParameterError(
+            "client",
+            f"data-parallel training runs one torch.distributed rank per worker process, "
+            f"and worker {shared[0]} shares its process with {counts[pids[shared[0]]] - 1} "
+            "other worker(s) (a cluster started with processes=False?): start the cluster "
+            "with processes=True (LocalCluster's default), or train with sync='ssp', which "
+            "needs no process group",
+        )

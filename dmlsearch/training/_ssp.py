@@ -208,7 +208,13 @@ def train_ssp_rank(
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
             publish(job, epoch + 1, ps.checkpoint(epoch + 1, _buffers(model)).result(), history)
-    return {"rank": rank, "history": history, "state": None, "buffers": _buffers(model)}
+    return {
+        "rank": rank,
+        "history": history,
+        "state": None,
+        "buffers": _buffers(model),
+        "transport": "dask-actor",  # gradients and weights go through the parameter server
+    }
 
 
 def run_ssp(

@@ -7,7 +7,8 @@
   floating buffers) are averaged every ``average_every`` steps and at the end of an epoch.
 
 Both time the collectives they run (``sync_seconds``, on a GPU until the device has done
-them) and count them (``rounds``). They reduce tensors where the model is (CPU or GPU).
+them) and count them (``rounds``). They reduce tensors where the model is (CPU or GPU),
+through the rank's :class:`~._shm.Collectives` (shared memory for ranks on one host).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..exceptions import NotSupportedError
+from ._shm import Collectives
 
 __all__ = ["Averaging", "GradientAllReduce", "broadcast_from_rank0", "make_sync", "settle"]
 
@@ -26,8 +28,9 @@ __all__ = ["Averaging", "GradientAllReduce", "broadcast_from_rank0", "make_sync"
 class _Sync:
     """Shared bookkeeping: seconds spent in collectives and how many rounds ran."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, comm: Collectives) -> None:
         self.model = model
+        self.comm = comm
         self.sync_seconds = 0.0
         self.rounds = 0
 
@@ -56,12 +59,12 @@ def _groups(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
     return list(groups.values())
 
 
-def broadcast_from_rank0(tensors: Iterable[torch.Tensor]) -> None:
+def broadcast_from_rank0(tensors: Iterable[torch.Tensor], comm: Collectives) -> None:
     """Overwrite ``tensors`` (in place) with rank 0's: one broadcast per dtype and device."""
     with torch.no_grad():
         for group in _groups(tensors):
             flat = torch.cat([t.reshape(-1) for t in group])
-            dist.broadcast(flat, src=0)
+            comm.broadcast(flat, src=0)
             if dist.get_rank() != 0:
                 for t, part in zip(group, flat.split([t.numel() for t in group]), strict=True):
                     t.copy_(part.view_as(t))
@@ -87,7 +90,7 @@ class _GradBuffer:
         ]
         self.used = self.flat[sum(sizes) :]
 
-    def average(self, world_size: int) -> None:
+    def average(self, world_size: int, comm: Collectives) -> None:
         """Replace each parameter's gradient by the mean of the ranks' (``None`` as zeros)."""
         used = []
         for p, part in zip(self.params, self.grads, strict=True):
@@ -104,7 +107,7 @@ class _GradBuffer:
                 torch.div(p.grad, world_size, out=part)
             used.append(0.0 if p.grad is None else 1.0)
         self.used.copy_(torch.tensor(used, dtype=self.flat.dtype))
-        dist.all_reduce(self.flat)
+        comm.all_reduce(self.flat)
         for p, part, count in zip(self.params, self.grads, self.used.tolist(), strict=True):
             if not count:
                 continue  # no rank used it: its gradient stays None, as under DDP
@@ -126,23 +129,23 @@ class GradientAllReduce(_Sync):
     statistics) are rank 0's at every forward pass.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__(model)
+    def __init__(self, model: torch.nn.Module, comm: Collectives) -> None:
+        super().__init__(model, comm)
         self.world_size = dist.get_world_size()
         params = [p for p in model.parameters() if p.requires_grad]
         self.buffers = [_GradBuffer(group) for group in _groups(params)]
         self.device = params[0].device if params else torch.device("cpu")
-        broadcast_from_rank0([p.detach() for p in model.parameters()] + list(model.buffers()))
+        broadcast_from_rank0([p.detach() for p in model.parameters()] + list(model.buffers()), comm)
 
     def after_backward(self) -> None:
         started = time.perf_counter()
         for buffer in self.buffers:
-            buffer.average(self.world_size)
+            buffer.average(self.world_size, self.comm)
         # DDP broadcast rank 0's buffers before each forward pass; doing it after the
         # step's all-reduce gives the next forward pass the same ones.
         buffers = list(self.model.buffers())
         if buffers:
-            broadcast_from_rank0(buffers)
+            broadcast_from_rank0(buffers, self.comm)
         settle(self.device)
         self.sync_seconds += time.perf_counter() - started
         self.rounds += 1
@@ -151,8 +154,8 @@ class GradientAllReduce(_Sync):
 class Averaging(_Sync):
     """Local SGD: parameters averaged every ``every`` steps and at the end of each epoch."""
 
-    def __init__(self, model: torch.nn.Module, every: int) -> None:
-        super().__init__(model)
+    def __init__(self, model: torch.nn.Module, comm: Collectives, every: int) -> None:
+        super().__init__(model, comm)
         self.every = every
         self.tensors = [p.data for p in model.parameters()] + [
             b for b in model.buffers() if b.is_floating_point()
@@ -162,7 +165,7 @@ class Averaging(_Sync):
     def average(self) -> None:
         started = time.perf_counter()
         flat = torch.cat([t.reshape(-1) for t in self.tensors])
-        dist.all_reduce(flat)
+        self.comm.all_reduce(flat)
         flat.div_(dist.get_world_size())
         offset = 0
         for t in self.tensors:
@@ -184,10 +187,10 @@ class Averaging(_Sync):
         self._last_averaged = -1
 
 
-def make_sync(sync: str, model: torch.nn.Module, average_every: int) -> _Sync:
+def make_sync(sync: str, model: torch.nn.Module, average_every: int, comm: Collectives) -> _Sync:
     """The synchronisation of ``sync`` (validated on the driver) around ``model``."""
     if sync == "allreduce":
-        return GradientAllReduce(model)
+        return GradientAllReduce(model, comm)
     if sync == "average":
-        return Averaging(model, average_every)
+        return Averaging(model, comm, average_every)
     raise ValueError(f"unknown sync {sync!r}")

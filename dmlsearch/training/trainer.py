@@ -24,6 +24,7 @@ import uuid
 import warnings
 from typing import Any
 
+import dask
 import torch
 from distributed import Client
 from distributed.comm import get_address_host
@@ -42,7 +43,14 @@ from ..registry import FormatError, ModelVersionRecord, RegistryError
 from ..runner.cluster import cluster_shape, resolve_client, scheduler_loss
 from ..runner.gang import Gang, alive_workers, reserve
 from ._checkpoint import Checkpoint, CheckpointInbox, Start, state_bytes, state_from_bytes
-from ._checks import SYNCS, check_name, check_params, diverged, initial_model
+from ._checks import (
+    SYNCS,
+    check_name,
+    check_own_processes,
+    check_params,
+    diverged,
+    initial_model,
+)
 from ._data import (
     check_data,
     check_finite_shards,
@@ -55,6 +63,7 @@ from ._device import DevicePlan, plan_devices, probe_workers
 from ._rank import JobSpec, free_port, train_rank
 from ._record import JobRecord, job_lineage, job_metrics
 from ._resume import open_job
+from ._shm import CONFIG_KEY as SHARED_MEMORY_KEY
 from ._ssp import run_ssp
 from ._watch import JobWatch
 
@@ -304,6 +313,7 @@ class DataParallelTrainer(BaseEstimator):
         self.optimizer_state_: dict[str, Any] | None = final.get("optimizer")
         self.history_: list[dict[str, Any]] = [*start.history, *results[0]["history"]]
         self.n_workers_ = k
+        self.transport_: str = results[0].get("transport", self.backend_)
         self.model_version_: ModelVersionRecord | None = None
 
     def _watched(
@@ -436,6 +446,8 @@ class DataParallelTrainer(BaseEstimator):
             # The same workers, each rank where its persisted rows already are.
             gang = dataclasses.replace(gang, workers=rank_order(client, gang.workers, X))
         self.rank_workers_ = list(gang.workers)
+        if self.sync != "ssp":
+            check_own_processes(client, gang.workers)
         workers = alive_workers(client, running=False)
         plan = self._plan(client, gang)
         shards = placed
@@ -478,6 +490,7 @@ class DataParallelTrainer(BaseEstimator):
             progress_var=progress_var,
             dtypes=self._dtypes,
             default_dtype=str(torch.get_default_dtype()).removeprefix("torch."),
+            shared_memory=bool(dask.config.get(SHARED_MEMORY_KEY, True)),
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])

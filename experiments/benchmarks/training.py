@@ -11,8 +11,11 @@ What is measured
       batch;
     * ``allreduce``: ``DataParallelTrainer(sync="allreduce", n_workers=2,
       batch_size=global batch / 2)`` on a 2-worker single-thread LocalCluster (gradients averaged every
-      step, one flat-buffer all-reduce over gloo; DDP before 2026-12-04);
-    * ``average K=8``: the same with ``sync="average", average_every=8`` (local SGD);
+      step, one flat-buffer all-reduce; DDP before 2026-12-04), through shared memory (the
+      ranks share this host; since 2026-12-07);
+    * ``allreduce, gloo``: the same with Dask's config ``dmlsearch.training.shared-memory:
+      false``: every all-reduce over gloo's TCP, as before 2026-12-07;
+    * ``average K=8``: the same as ``allreduce`` with ``sync="average", average_every=8`` (local SGD);
     * ``torch DDP``: the users' alternative without Dask, what ``torchrun`` would start: 2
       processes (``torch.multiprocessing``, spawned once per round), gloo on 127.0.0.1,
       ``DistributedDataParallel`` with its default all-reduce, each rank on its contiguous
@@ -39,6 +42,7 @@ import sys
 import time
 from typing import Any
 
+import dask
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -184,6 +188,13 @@ def run_torch_ddp(X: np.ndarray, y: np.ndarray, epochs: int) -> dict[str, Any]:
 
 
 def run_trainer(
+    client: Client, X: np.ndarray, y: np.ndarray, epochs: int, shm: bool = True, **params: Any
+) -> dict[str, Any]:
+    with dask.config.set({"dmlsearch.training.shared-memory": shm}):
+        return _run_trainer(client, X, y, epochs, **params)
+
+
+def _run_trainer(
     client: Client, X: np.ndarray, y: np.ndarray, epochs: int, **params: Any
 ) -> dict[str, Any]:
     trainer = DataParallelTrainer(
@@ -205,6 +216,7 @@ def run_trainer(
         "accuracy": accuracy(trainer.model_, X, y),
         "sync_s": float(np.mean([h["sync_s"] for h in later])),
         "rounds": trainer.history_[-1]["sync_rounds"],
+        "transport": trainer.transport_,
     }
 
 
@@ -230,6 +242,9 @@ def main(argv: list[str]) -> None:
     approaches = {
         "plain (1 process, 1 thread)": lambda c: run_plain(X, y, args.epochs),
         "allreduce (2 workers)": lambda c: run_trainer(c, X, y, args.epochs, sync="allreduce"),
+        "allreduce, gloo (2 workers)": lambda c: run_trainer(
+            c, X, y, args.epochs, shm=False, sync="allreduce"
+        ),
         "average K=8 (2 workers)": lambda c: run_trainer(
             c, X, y, args.epochs, sync="average", average_every=8
         ),
@@ -280,6 +295,7 @@ def main(argv: list[str]) -> None:
             f"every round, {name}: "
             + "; ".join(
                 f"fit {r['wall']:.2f} s, {r['throughput']:,.0f} rows/s, loss {r['loss']:.4f}"
+                + (f", over {r['transport']}" if "transport" in r else "")
                 for r in results
             )
         )

@@ -1,0 +1,316 @@
+"""The ranks' collectives: through shared memory when they share a host (runs on workers).
+
+gloo moves every all-reduce through TCP, even between two processes on one host: about
+1 ms for a 33,000-float gradient and 0.5 ms for a single float on a 2-core machine,
+paid at every step of ``sync="allreduce"`` (docs/benchmarks.md). When every rank of a
+CPU job can map the same file in ``/dev/shm`` and see the others' processes, the
+gradients go through that file instead: each rank copies its tensor into its own slot,
+announces it by a counter, waits for the others' counters, and sums the slots in rank
+order (so every rank computes the same bits; with two ranks, the bits gloo gives).
+
+The counters are plain aligned 64-bit stores and loads, which needs a CPU that keeps
+stores in order (x86-64): elsewhere, and on GPUs, the ranks use ``torch.distributed``.
+A waiting rank spins briefly, then sleeps in 50 µs steps, and every 20 ms checks that
+the ranks it waits for are alive (their ``/proc`` entries), have not failed (a rank that
+raises marks its row), and that the job's ``timeout`` has not passed: a lost peer ends
+the wait within a fraction of a second, as a closed gloo connection does.
+
+Dask's config ``dmlsearch.training.shared-memory: false`` (read on the driver) keeps
+every job on ``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import platform
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..exceptions import GangError
+
+__all__ = ["CONFIG_KEY", "Collectives", "SharedMemoryCollectives", "open_collectives"]
+
+CONFIG_KEY = "dmlsearch.training.shared-memory"
+SHM_DIR = "/dev/shm"
+PREFIX = "dmlsearch-"  # then the creating process's pid
+ROW = 64  # bytes per rank's header row: its own cache line
+_COUNTER, _PID, _START, _FAILED, _MAGIC = range(5)  # int64 fields of a row
+_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64}
+_SPINS = 2048  # waits this long (a few ms at most) spin before they sleep
+_SLEEP = 50e-6
+_CHECK_EVERY = 0.02
+
+
+class Collectives:
+    """Sum-all-reduce and broadcast over ``torch.distributed`` (any backend, any device)."""
+
+    name = "torch.distributed"
+
+    def all_reduce(self, t: torch.Tensor) -> None:
+        """Replace ``t`` by the sum of every rank's ``t``."""
+        dist.all_reduce(t)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        """Replace ``t`` by rank ``src``'s."""
+        dist.broadcast(t, src=src)
+
+    def close(self, failed: bool) -> None:
+        """After the rank's last collective; ``failed``: it ends by raising."""
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot), None when it has ended."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):  # a zombie has ended; its parent has not yet reaped it
+        return None
+    return int(fields[19])
+
+
+def _host_supports() -> bool:
+    return (
+        sys.platform.startswith("linux")
+        and platform.machine().lower() in ("x86_64", "amd64")
+        and os.path.isdir(SHM_DIR)
+        and _process_start(os.getpid()) is not None
+    )
+
+
+class SharedMemoryCollectives(Collectives):
+    """The collectives of ranks that share a host, through one mapped file.
+
+    Layout: one 64-byte row per rank (counter, pid, process start time, failed flag; row
+    0 also a magic number), then one slot of ``capacity`` bytes per rank. Every op is
+    called by every rank in the same order (collective semantics), so each rank's count
+    of ops, ``gen``, agrees: before op ``gen`` a rank's counter reads ``2*gen`` (done with
+    op ``gen - 1``), ``2*gen + 1`` once its slot holds its input, ``2*gen + 2`` once it
+    has read what it needs. A tensor that does not fit (or is not a contiguous CPU tensor
+    of a numeric dtype) goes through ``torch.distributed``, the same on every rank.
+    """
+
+    name = "shared-memory"
+
+    def __init__(
+        self, mm: mmap.mmap, rank: int, world_size: int, capacity: int, timeout: float
+    ) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.capacity, self.timeout = capacity, timeout
+        self.gen = 0
+        self._mm = mm
+        self.rows = np.frombuffer(mm, dtype=np.int64, count=world_size * ROW // 8).reshape(
+            world_size, ROW // 8
+        )
+        self.counters = self.rows[:, _COUNTER]
+        self.slots = torch.frombuffer(mm, dtype=torch.uint8, offset=world_size * ROW)
+        self.pids = [int(p) for p in self.rows[:, _PID]]
+        self.starts = [int(s) for s in self.rows[:, _START]]
+
+    def _slot(self, rank: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
+        start = rank * self.capacity
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        return self.slots[start : start + nbytes].view(dtype)
+
+    def _fits(self, t: torch.Tensor) -> bool:
+        return (
+            t.device.type == "cpu"
+            and t.dtype in _DTYPES
+            and t.is_contiguous()
+            and t.numel() * t.element_size() <= self.capacity
+        )
+
+    def all_reduce(self, t: torch.Tensor) -> None:
+        if not self._fits(t):
+            dist.all_reduce(t)
+            return
+        flat, n = t.view(-1), t.numel()
+        self._begin("all-reduce")
+        self._slot(self.rank, t.dtype, n).copy_(flat)
+        self._arrive("all-reduce")
+        torch.add(self._slot(0, t.dtype, n), self._slot(1, t.dtype, n), out=flat)
+        for r in range(2, self.world_size):
+            flat.add_(self._slot(r, t.dtype, n))
+        self._leave()
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        if not self._fits(t):
+            dist.broadcast(t, src=src)
+            return
+        flat, n = t.view(-1), t.numel()
+        self._begin("broadcast")
+        if self.rank == src:
+            self._slot(src, t.dtype, n).copy_(flat)
+        self._arrive("broadcast")
+        if self.rank != src:
+            flat.copy_(self._slot(src, t.dtype, n))
+        self._leave()
+
+    def close(self, failed: bool) -> None:
+        if failed:
+            self.rows[self.rank, _FAILED] = 1
+        # The views go first: a mapping with exported buffers cannot be closed.
+        del self.rows, self.counters, self.slots
+        with contextlib.suppress(BufferError):
+            self._mm.close()
+
+    def _begin(self, op: str) -> None:
+        if self.gen:  # every rank has read what the previous op left in the slots
+            self._wait(2 * self.gen, op)
+
+    def _arrive(self, op: str) -> None:
+        self.counters[self.rank] = 2 * self.gen + 1
+        self._wait(2 * self.gen + 1, op)
+
+    def _leave(self) -> None:
+        self.counters[self.rank] = 2 * self.gen + 2
+        self.gen += 1
+
+    def _wait(self, target: int, op: str) -> None:
+        counters = self.counters
+        if counters.min() >= target:
+            return
+        started = time.monotonic()
+        check = started + _CHECK_EVERY
+        spins = 0
+        while counters.min() < target:
+            spins += 1
+            if spins < _SPINS:
+                if spins % 16 == 0:
+                    os.sched_yield()
+                continue
+            time.sleep(_SLEEP)
+            now = time.monotonic()
+            if now >= check:
+                self._check_peers(target, op, now - started)
+                check = now + _CHECK_EVERY
+
+    def _check_peers(self, target: int, op: str, waited: float) -> None:
+        late = [r for r in range(self.world_size) if self.counters[r] < target]
+        for r in late:
+            if self.rows[r, _FAILED]:
+                raise GangError(
+                    f"rank {r} failed while rank {self.rank} waited for it in a shared-memory {op}",
+                    rank=r,
+                )
+            if _process_start(self.pids[r]) != self.starts[r]:
+                raise GangError(
+                    f"rank {r}'s process (pid {self.pids[r]}) ended while rank {self.rank} "
+                    f"waited for it in a shared-memory {op}",
+                    rank=r,
+                )
+        if late and waited > self.timeout:
+            raise GangError(
+                f"rank {self.rank} waited {waited:.0f} s for ranks {late} in a shared-memory "
+                f"{op}, past the job's timeout={self.timeout:g} s",
+                rank=late[0],
+            )
+
+
+def capacity_for(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes a slot needs for any flat buffer the syncs make of ``tensors``: all of them,
+    plus one count per tensor, rounded up to whole rows."""
+    tensors = list(tensors)
+    total = sum(t.numel() * t.element_size() for t in tensors) + 8 * len(tensors)
+    return -(-total // ROW) * ROW
+
+
+def _remove_orphans() -> None:
+    """Unlink the files of creators that ended before unlinking them (killed while their
+    peers attached: the only window in which a file is left behind)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(SHM_DIR):
+            pid = name.removeprefix(PREFIX).split("-")[0]
+            if name.startswith(PREFIX) and pid.isdigit() and _process_start(int(pid)) is None:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(SHM_DIR, name))
+
+
+def _create(path: str, size: int) -> mmap.mmap:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        # Reserved now: a tmpfs that is full refuses here rather than with SIGBUS later.
+        os.posix_fallocate(fd, 0, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _attach(path: str, size: int, magic: int) -> mmap.mmap | None:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None  # another host, or another /dev/shm
+    try:
+        if os.fstat(fd).st_size != size:
+            return None
+        mm = mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+    if int(np.frombuffer(mm, dtype=np.int64, count=_MAGIC + 1)[_MAGIC]) != magic:
+        mm.close()
+        return None
+    return mm
+
+
+def _peers_visible(mm: mmap.mmap, world_size: int) -> bool:
+    """Every rank's row names a process this one sees (the same pid namespace)."""
+    rows = np.frombuffer(mm, dtype=np.int64, count=world_size * ROW // 8).reshape(world_size, -1)
+    ok = all(_process_start(int(rows[r, _PID])) == int(rows[r, _START]) for r in range(world_size))
+    del rows
+    return ok
+
+
+def open_collectives(
+    rank: int, world_size: int, capacity: int, timeout: float, enabled: bool
+) -> Collectives:
+    """The rank's collectives: through shared memory when every rank agrees it can map
+    the same file and see the others' processes, else ``torch.distributed``.
+
+    Called by every rank (a few small gloo collectives decide it together) unless
+    ``enabled`` is False, the same on every rank.
+    """
+    if not enabled or world_size < 2:
+        return Collectives()
+    size = world_size * (ROW + capacity)
+    mm: mmap.mmap | None = None
+    path = None
+    offer: list[object] = [None, 0]
+    try:
+        if rank == 0 and _host_supports():
+            _remove_orphans()
+            path = os.path.join(SHM_DIR, f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
+            magic = int.from_bytes(os.urandom(7), "little")
+            with contextlib.suppress(OSError):
+                mm = _create(path, size)
+                np.frombuffer(mm, dtype=np.int64, count=_MAGIC + 1)[_MAGIC] = magic
+                offer = [path, magic]
+        dist.broadcast_object_list(offer, src=0)
+        if rank != 0 and offer[0] is not None and _host_supports():
+            mm = _attach(str(offer[0]), size, int(offer[1]))  # type: ignore[call-overload]
+        if mm is not None:
+            row = np.frombuffer(mm, dtype=np.int64, count=ROW // 8, offset=rank * ROW)
+            row[_PID], row[_START] = os.getpid(), _process_start(os.getpid()) or -1
+            del row
+        dist.barrier()
+        ok = torch.tensor([int(mm is not None and _peers_visible(mm, world_size))])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # mapped where it is used; nothing left behind
+    if mm is not None and int(ok):
+        return SharedMemoryCollectives(mm, rank, world_size, capacity, timeout)
+    if mm is not None:
+        mm.close()
+    return Collectives()
