@@ -10,10 +10,11 @@ order (so every rank computes the same bits; with two ranks, the bits gloo gives
 
 The counters are plain aligned 64-bit stores and loads, which needs a CPU that keeps
 stores in order (x86-64): elsewhere, and on GPUs, the ranks use ``torch.distributed``.
-A waiting rank spins briefly, then sleeps in 50 µs steps, and every 20 ms checks that
-the ranks it waits for are alive (their ``/proc`` entries), have not failed (a rank that
-raises marks its row), and that the job's ``timeout`` has not passed: a lost peer ends
-the wait within a fraction of a second, as a closed gloo connection does.
+A waiting rank spins briefly, then sleeps in 50 µs steps (1 ms steps after 0.1 s), and
+every 20 ms checks that the ranks it waits for are alive (their ``/proc`` entries), have
+not failed (a rank that raises marks its row), and that the job's ``timeout`` has not
+passed: a lost peer ends the wait within a fraction of a second, as a closed gloo
+connection does.
 
 Dask's config ``dmlsearch.training.shared-memory: false`` (read on the driver) keeps
 every job on ``torch.distributed``.
@@ -45,7 +46,8 @@ ROW = 64  # bytes per rank's header row: its own cache line
 _COUNTER, _PID, _START, _FAILED, _MAGIC = range(5)  # int64 fields of a row
 _DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64}
 _SPINS = 2048  # waits this long (a few ms at most) spin before they sleep
-_SLEEP = 50e-6
+_SLEEP = 50e-6  # then sleep this long between looks,
+_LONG_WAIT, _LONG_SLEEP = 0.1, 1e-3  # and this long once they have waited that long
 _CHECK_EVERY = 0.02
 
 
@@ -189,7 +191,8 @@ class SharedMemoryCollectives(Collectives):
                 if spins % 16 == 0:
                     os.sched_yield()
                 continue
-            time.sleep(_SLEEP)
+            # A peer this late (a checkpoint, a straggler) is not worth 20,000 looks a second.
+            time.sleep(_LONG_SLEEP if time.monotonic() - started > _LONG_WAIT else _SLEEP)
             now = time.monotonic()
             if now >= check:
                 self._check_peers(target, op, now - started)
