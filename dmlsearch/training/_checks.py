@@ -227,9 +227,13 @@ def check_own_processes(client: Any, workers: list[str]) -> None:
     the failed group can abort the whole process. Workers of ``LocalCluster(processes=False)``
     (``Client(processes=False)``) are threads of one process.
     """
-    pids = client.run(os.getpid)  # every worker: another job's ranks may run beside these
+    try:  # every worker: another job's ranks may run beside these
+        answers = client.run(os.getpid, on_error="return")
+    except Exception:  # a worker leaving meanwhile: the gang's own watch reports a loss
+        return
+    pids = {w: pid for w, pid in answers.items() if isinstance(pid, int)}
     counts = collections.Counter(pids.values())
-    shared = [w for w in workers if counts[pids.get(w)] > 1]
+    shared = [w for w in workers if w in pids and counts[pids[w]] > 1]
     if shared:
         raise InvalidParameterError(
             "client",
