@@ -90,6 +90,8 @@ class TrialOutcome:
     retries: int = 0
     #: Where the trial's out-of-fold predictions are (``keep_oof=True``), else None.
     oof: OofRef | None = None
+    #: Why a trial that ran with ``keep_oof=True`` has none (its scores stand), else None.
+    oof_error: str | None = None
 
     @property
     def duration(self) -> float:
@@ -211,16 +213,15 @@ def _run_fold(
         if context.return_train_score
         else None,
     )
-    if fold.error is None and oof is not None:
+    if fold.error is None and oof is not None and oof.error is None:
         try:
             oof.add(estimator, X_test, test)
         except TrialTimeoutError:
             raise
         except Exception:
-            if context.error_score == "raise":
-                raise
-            fold.test, fold.train = {}, {}
-            fold.error = traceback.format_exc()
+            # Only the predictions are lost: the trial's scores are what keep_oof=False
+            # gives (its docs promise the same trials).
+            oof.error = traceback.format_exc()
     fold.score_time = time.perf_counter() - t1
     return fold
 
@@ -290,9 +291,8 @@ def run_trial(
                 if fold.error is not None:
                     state = FAILED
                     error = error or fold.error
-            if oof is not None and state == COMPLETE:
-                oof_ref, error = _store_oof(oof, spec.number, worker)
-                state = COMPLETE if error is None else FAILED
+            if oof is not None and state == COMPLETE and oof.error is None:
+                oof_ref, oof.error = _store_oof(oof, spec.number, worker)
     except TrialTimeoutError:
         if by_budget:
             state = STOPPED
@@ -323,6 +323,7 @@ def run_trial(
         worker=worker,
         error=error,
         oof=oof_ref,
+        oof_error=None if oof is None or state != COMPLETE else oof.error,
     )
 
 

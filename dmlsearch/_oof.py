@@ -129,6 +129,12 @@ def response(estimator: Any, X: Any, classes: np.ndarray | None) -> tuple[str, n
     values = np.asarray(getattr(estimator, method)(X), dtype=np.float64)
     own = getattr(estimator, "classes_", classes)
     if len(own) != len(classes):
+        if method == "decision_function" and values.ndim == 1:
+            raise ValueError(
+                f"a fold's training rows hold {len(own)} of the {len(classes)} classes, so "
+                "its decision_function has one column, which names no class of the others; "
+                "use stratified folds (StratifiedKFold) to keep this trial's predictions"
+            )
         from .ensemble._members import order_predictions
 
         values = order_predictions(np.searchsorted(classes, own), values, len(classes), method)
@@ -142,6 +148,7 @@ class OofAssembler:
         self.sink = sink
         self.method = ""
         self.values: np.ndarray | None = None
+        self.error: str | None = None  # why this trial's predictions cannot be kept
 
     def add(self, estimator: Any, X_test: Any, test: np.ndarray) -> None:
         method, values = response(estimator, X_test, self.sink.classes)
@@ -219,7 +226,16 @@ def memory_sink(search: Any, splits: Sequence[Any], X: Any, y: Any) -> OofSink |
 
     n_samples = _num_samples(X)
     check_partition(splits, n_samples)
-    classes = np.unique(np.asarray(y)) if is_classifier(search.estimator) else None
+    classes = None
+    if is_classifier(search.estimator):
+        y = np.asarray(y)
+        if y.ndim > 1 and y.shape[1] > 1:
+            raise InvalidParameterError(
+                "keep_oof",
+                f"out-of-fold predictions are kept for one target, and y has {y.shape[1]} "
+                "columns (a multi-output or multilabel classifier); fit with keep_oof=False",
+            )
+        classes = np.unique(y)
     return OofSink(MEMORY, uuid.uuid4().hex, n_samples, classes)
 
 

@@ -102,6 +102,22 @@ def check_failures(
         )
 
 
+def warn_lost_oof(outcomes: Sequence[TrialOutcome], *, stacklevel: int) -> None:
+    """A UserWarning when completed trials kept no out-of-fold predictions (``keep_oof``):
+    how many, and the first one's reason. Their scores stand."""
+    lost = [(t.number, t.oof_error) for t in outcomes if t.oof_error is not None]
+    if lost:
+        number, error = lost[0]
+        reason = error.strip().splitlines()[-1]
+        warnings.warn(
+            f"keep_oof: {len(lost)} of the {len(outcomes)} trials kept no out-of-fold "
+            f"predictions (their scores stand; ensemble selection leaves them out). "
+            f"Trial {number}: {reason}",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
+
 class PhaseClock:
     """Seconds per phase of ``fit``, measured back to back."""
 

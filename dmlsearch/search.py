@@ -36,6 +36,7 @@ from ._search_support import (
     resolve_seed,
     seeded_globals,
     strategy_name,
+    warn_lost_oof,
 )
 from ._validation import check_fit_data, cv_splits
 from .exceptions import AllTrialsFailedError
@@ -499,6 +500,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 else "no trial ran"
             )
         check_failures(trials, bad, "trials", self.error_score, stacklevel=4)
+        warn_lost_oof(trials, stacklevel=4)
         error_score = float("nan") if self.error_score == "raise" else float(self.error_score)
         results = build_cv_results(
             trials,

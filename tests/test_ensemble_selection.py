@@ -397,17 +397,54 @@ def test_selection_from_a_registry_refuses_searched_estimators_up_front(client, 
         EnsembleSelection("estimators", registry=url, client=client).fit(X, y)
 
 
-def test_a_regressor_swapped_into_a_classifier_search_fails_its_trials(client, iris):
+def test_a_regressor_swapped_into_a_classifier_search_keeps_its_scores_not_its_oof(client, iris):
+    # keep_oof only keeps predictions: the trials score as with keep_oof=False (Ridge's
+    # own R^2, as GridSearchCV scores it); their votes would be nonsense, so none are kept.
     X, y = iris
+    target = (y == "setosa").astype(int)
+    space = {"model": [Ridge()]}
+    plain = SearchCV(Pipeline([("model", LogisticRegression())]), space, cv=CV, client=client)
+    search = clone(plain).set_params(keep_oof=True)
+    with pytest.warns(
+        UserWarning, match="1 of the 1 trials kept no out-of-fold.*classifiers and regressors"
+    ):
+        search.fit(X, target)
+    plain.fit(X, target)
+    assert [t.state for t in search.trials_] == ["complete"]
+    assert search.best_score_ == plain.best_score_
+    with pytest.raises(InvalidParameterError, match="trial 0 kept no out-of-fold predictions"):
+        search.oof_predictions(0)
+
+
+def test_a_trial_whose_oof_cannot_be_kept_scores_as_without_keep_oof(client):
+    # Sorted labels and KFold: a fold's training rows lack a class, and LinearSVC's
+    # decision_function then has one column that names no class of the three.
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 3)
+    y = np.array(["a"] * 30 + ["b"] * 20 + ["c"] * 10)
+    space = {"C": [0.1, 1.0]}
+    plain = SearchCV(LinearSVC(), space, strategy="grid", cv=KFold(3), client=client)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # LinearSVC's convergence
+        plain.fit(X, y)
+        kept = clone(plain).set_params(keep_oof=True)
+        with pytest.warns(
+            UserWarning, match="2 of the 2 trials kept no out-of-fold.*StratifiedKFold"
+        ):
+            kept.fit(X, y)
+    assert np.array_equal(kept.cv_results_["mean_test_score"], plain.cv_results_["mean_test_score"])
+    assert all(t.state == "complete" for t in kept.trials_)
+
+
+def test_keep_oof_refuses_a_multilabel_target_before_any_trial(client):
+    X = np.random.RandomState(0).randn(40, 4)
+    Y = (X[:, :3] > 0).astype(int)
     search = SearchCV(
-        Pipeline([("model", LogisticRegression())]),
-        {"model": [Ridge()]},
-        cv=CV,
-        client=client,
-        keep_oof=True,
+        DecisionTreeClassifier(), {"max_depth": [2]}, cv=KFold(2), client=client, keep_oof=True
     )
-    with pytest.raises(AllTrialsFailedError, match="classifiers and regressors"):
-        search.fit(X, (y == "setosa").astype(int))
+    with pytest.raises(InvalidParameterError, match="y has 3 columns"):
+        search.fit(X, Y)
+    assert not hasattr(search, "trials_")
 
 
 def test_selection_on_log_loss_scores_exact_probabilities(tree_search, iris):

@@ -285,6 +285,13 @@ def search_refs(search: Any, param: str = "search") -> dict[int, _oof.OofRef]:
 def trial_predictions(search: Any, trial: int) -> np.ndarray:
     """``SearchCV.oof_predictions``: one trial's out-of-fold predictions."""
     refs = search_refs(search)
+    why = {t.number: t.oof_error for t in search.trials_ if getattr(t, "oof_error", None)}
+    if trial in why:
+        raise InvalidParameterError(
+            "trial",
+            f"trial {trial} kept no out-of-fold predictions: "
+            f"{str(why[trial]).strip().splitlines()[-1]}",
+        )
     if trial not in refs:
         shown = sorted(refs)[:10]
         raise InvalidParameterError(
