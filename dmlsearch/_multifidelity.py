@@ -40,7 +40,7 @@ from ._search_support import (
 )
 from ._validation import cv_splits
 from .exceptions import AllTrialsFailedError
-from .fidelity import train
+from .fidelity import all_classes, train
 from .schedulers import Scheduler
 from .space import as_space
 from .strategies import Strategy, make_strategy
@@ -139,7 +139,7 @@ def _prepare(
         trial_timeout=None if search.trial_timeout is None else float(search.trial_timeout),
         score_weight=scorer_takes_weight(scoring, fit_params),
     )
-    classes = np.unique(y) if is_classifier(search.estimator) and y is not None else None
+    classes = all_classes(y) if is_classifier(search.estimator) and y is not None else None
     return _Setup(
         scoring=scoring,
         refit_metric=refit_metric,

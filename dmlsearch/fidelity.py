@@ -39,6 +39,7 @@ from .exceptions import InvalidParameterError
 __all__ = [
     "RESOURCES",
     "TrainStep",
+    "all_classes",
     "check_resource",
     "is_torch_net",
     "is_xgboost",
@@ -184,6 +185,15 @@ def _refuses_counts(estimator: Any, params: dict[str, Any], name: str) -> str | 
     return None
 
 
+def all_classes(y: Any) -> Any:
+    """What a classifier's first ``partial_fit`` takes as ``classes``: ``y``'s labels, or
+    one array of labels per output of a multi-output ``y`` (``MultiOutputClassifier``)."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] > 1:
+        return [np.unique(y[:, j]) for j in range(y.shape[1])]
+    return np.unique(y)
+
+
 def train_partial_fit(
     state: Any,
     X: Any,
@@ -196,7 +206,7 @@ def train_partial_fit(
 ) -> TrainStep:
     """Call ``partial_fit(X, y)`` until ``resource`` calls in all; continue a fitted state.
 
-    A classifier's first call gets ``classes`` (default: ``np.unique(y)``).
+    A classifier's first call gets ``classes`` (default: :func:`all_classes` of ``y``).
     """
     resource, previous = _check_budget(resource, previous)
     check_resource("partial_fit", state)
@@ -211,7 +221,7 @@ def train_partial_fit(
     for call in range(done, resource):
         extra: dict[str, Any] = {}
         if call == 0 and is_classifier(model):
-            extra["classes"] = np.unique(y) if classes is None else classes
+            extra["classes"] = all_classes(y) if classes is None else classes
         model.partial_fit(X, y, **extra, **fit_params)
     return TrainStep(model, resource, previous, continued, resource - done)
 

@@ -294,6 +294,18 @@ def test_partial_fit_takes_classes_from_the_fit_parameters() -> None:
     assert list(refit.estimator.classes_) == [0, 1, 2]
 
 
+def test_partial_fit_of_a_multi_output_classifier_gets_classes_per_output() -> None:
+    # np.unique of a 2-D y flattened it: MultiOutputClassifier.partial_fit failed every
+    # step ("Unknown label type").
+    from sklearn.multioutput import MultiOutputClassifier
+
+    multi = np.column_stack([Y, X[:, 0] > 0, 2 * (X[:, 1] > 0) + Y]).astype(int)
+    step = train_partial_fit(MultiOutputClassifier(SGDClassifier(random_state=0)), X, multi, 2)
+    fitted = [list(e.classes_) for e in step.estimator.estimators_]
+    assert fitted == [[0, 1], [0, 1], [0, 1, 2, 3]]
+    assert step.estimator.predict(X).shape == multi.shape
+
+
 def test_a_parameter_without_warm_start_refits_and_says_so() -> None:
     small = train_param(AdaBoostClassifier(random_state=0), X, Y, 3, param="n_estimators")
     more = train_param(small.estimator, X, Y, 6, 3, param="n_estimators")
