@@ -138,18 +138,29 @@ def _refit_metric(search: SearchCV, scoring: Scoring) -> str | None:
     # scikit-learn takes any string as "refit on the one metric": refit="f1_macro" with
     # scoring="accuracy" then picks by accuracy, silently. Only the scorer's own name is.
     if isinstance(refit, str) and refit != search.scoring:
-        own = (
-            f" (or {search.scoring!r}, the scorer's name)"
-            if isinstance(search.scoring, str)
-            else ""
-        )
         raise InvalidParameterError(
-            "refit",
-            f"with one scorer, refit is True or False{own}; a name picks among several "
-            f"scorers: scoring=[{search.scoring!r}, {refit!r}] with refit={refit!r} picks "
-            f"by {refit!r}; got {refit!r}",
+            "refit", f"with one scorer, refit is True or False{_refit_hint(search.scoring, refit)}"
         )
     return "score"
+
+
+def _refit_hint(scoring: Any, refit: str) -> str:
+    """What to write instead of ``refit=<name>`` with the one scorer ``scoring``."""
+    if isinstance(scoring, str):
+        return (
+            f" (or {scoring!r}, the scorer's name); a name picks among several scorers: "
+            f"scoring=[{scoring!r}, {refit!r}] with refit={refit!r} picks by {refit!r}; "
+            f"got {refit!r}"
+        )
+    if scoring is None:
+        return (
+            f"; got {refit!r}, with no scoring (the estimator's own score): to pick by "
+            f"{refit!r}, pass scoring={refit!r} (a scikit-learn scorer name) and refit=True"
+        )
+    return (
+        f"; got {refit!r}, with one callable scorer: use refit=True, or name the callable "
+        f"as scoring={{{refit!r}: <the callable>}} with refit={refit!r}"
+    )
 
 
 def _check_gang(search: SearchCV) -> None:

@@ -139,17 +139,23 @@ def check_resource(resource: Any, estimator: Any) -> str:
         raise InvalidParameterError(
             "resource",
             f"{type(estimator).__name__} has no parameter {resource!r}{hint} "
-            f"(or use one of {list(RESOURCES)})",
+            f"(or use one of {_takes(estimator)})",
         )
     refusal = _refuses_counts(estimator, params, resource)
     if refusal is not None:
         raise InvalidParameterError(
             "resource",
             f"{refusal}: the resource counts training units (1, 2, ...) up to max_resource; "
-            "pick a parameter that counts them, such as 'n_estimators' or 'max_iter' "
-            f"(or use one of {list(RESOURCES)})",
+            f"pick one this estimator takes: {_takes(estimator)}",
         )
     return resource
+
+
+def _takes(estimator: Any) -> list[str]:
+    """The resources ``estimator`` can take: ``partial_fit`` where it has one, its
+    counting parameters, and ``n_samples``."""
+    fits = ["partial_fit"] if callable(getattr(estimator, "partial_fit", None)) else []
+    return [*fits, *_count_parameters(estimator), "n_samples"]
 
 
 def _count_parameters(estimator: Any) -> list[str]:

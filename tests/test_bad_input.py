@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, make_scorer
 
 import dmlsearch.runner
 import dmlsearch.runner.cluster
@@ -294,6 +295,14 @@ def test_refit_naming_another_metric_than_the_one_scorer_is_refused(
     assert isinstance(error, InvalidParameterError) and error.param == "refit"
     assert "scoring=['accuracy', 'f1_macro'] with refit='f1_macro'" in str(error)
     assert fit_outcome(data, scoring="accuracy", refit="accuracy") is None
+    # A callable's hint names a dict, not a list (which refuses callables).
+    scorer = make_scorer(accuracy_score)
+    error = fit_outcome(data, scoring=scorer, refit="acc")
+    assert isinstance(error, InvalidParameterError) and error.param == "refit"
+    assert "scoring={'acc': <the callable>} with refit='acc'" in str(error)
+    assert fit_outcome(data, scoring={"acc": scorer}, refit="acc") is None
+    error = fit_outcome(data, scoring=None, refit="accuracy")
+    assert "pass scoring='accuracy'" in str(error) and "refit=True" in str(error)
 
 
 @pytest.mark.parametrize("scheduler", [None, "asha"])

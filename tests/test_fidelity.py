@@ -81,7 +81,7 @@ def _quiet() -> Any:
         ("", LogisticRegression(), ["partial_fit", "n_samples"]),
         (3, LogisticRegression(), ["got 3"]),
         # Named, but it takes no counts (scikit-learn's constraints say so).
-        ("penalty", SGDClassifier(), ["'penalty' parameter of SGDClassifier", "n_estimators"]),
+        ("penalty", SGDClassifier(), ["'penalty' parameter of SGDClassifier", "'max_iter'"]),
         (
             "sgdclassifier__loss",
             make_pipeline(StandardScaler(), SGDClassifier()),
@@ -837,3 +837,15 @@ def test_failed_and_unscored_steps_rank_after_every_scored_row() -> None:
     # The best is the top scored row of the highest level reached by a completed step.
     assert rank_by_resource(levels, means, failed).tolist() == [3, 2, 1, 5, 4]
     assert rank_by_resource(levels, means).tolist() == [4, 3, 2, 5, 1]
+
+
+def test_a_resource_refusal_suggests_only_what_the_estimator_takes() -> None:
+    # It suggested 'partial_fit' to estimators without one.
+    from sklearn.neighbors import KNeighborsClassifier
+
+    with pytest.raises(InvalidParameterError, match=r"\(or use one of \['n_samples'\]\)"):
+        check_resource("max_iter", KNeighborsClassifier())
+    with pytest.raises(InvalidParameterError, match=r"one of \['max_iter', 'n_samples'\]"):
+        check_resource("max_iterr", LogisticRegression())
+    with pytest.raises(InvalidParameterError, match=r"\['partial_fit', 'max_iter', 'n_samples'\]"):
+        check_resource("n_iter", SGDClassifier())
