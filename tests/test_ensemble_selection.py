@@ -447,6 +447,22 @@ def test_keep_oof_refuses_a_multilabel_target_before_any_trial(client):
     assert not hasattr(search, "trials_")
 
 
+def test_a_pipeline_search_s_members_take_the_weights_at_its_final_step(client, iris):
+    # A Pipeline takes no sample_weight itself: they were refused, and without them the
+    # members of a search fitted with clf__sample_weight were refitted unweighted.
+    X, y = iris
+    weights = np.where(y == "virginica", 10.0, 0.1)
+    pipe = Pipeline([("clf", LogisticRegression(max_iter=1000))])
+    search = oof_grid(pipe, {"clf__C": [0.01, 1.0]}, client)
+    search.fit(X, y, clf__sample_weight=weights)
+    ens = EnsembleSelection(search, ensemble_size=3, n_init=1, random_state=0)
+    ens.fit(X, y, sample_weight=weights)
+    for number, member in zip(ens.members_, ens.estimators_, strict=True):
+        weighted = clone(pipe).set_params(**search.trials_[number].params)
+        weighted.fit(X, y, clf__sample_weight=weights)
+        np.testing.assert_allclose(member[-1].coef_, weighted[-1].coef_, rtol=1e-6)
+
+
 def test_selection_on_log_loss_scores_exact_probabilities(tree_search, iris):
     # float32 out-of-fold rows sum to 1 only to float32 precision: scored as probabilities
     # they are renormalised, so scikit-learn's log loss does not warn (an error here).

@@ -17,6 +17,7 @@ __all__ = [
     "entropy_of",
     "nan_allowed",
     "sample_weight_of",
+    "weight_key",
 ]
 
 
@@ -55,6 +56,16 @@ def nan_allowed(estimator: Any) -> bool:
     if hasattr(estimator, "transformers") or hasattr(estimator, "transformer_list"):
         return True
     return bool(get_tags(estimator).input_tags.allow_nan)
+
+
+def weight_key(estimator: Any) -> tuple[str, Any]:
+    """The fit parameter that gives ``estimator`` sample weights, and the estimator that
+    takes them: a Pipeline's final step's (``clf__sample_weight``), nested ones too."""
+    path, final = [], estimator
+    while isinstance(getattr(final, "steps", None), list) and final.steps:
+        name, final = final.steps[-1]
+        path.append(name)
+    return "__".join([*path, "sample_weight"]), final
 
 
 def check_takes_sample_weight(name: str, estimator: Any) -> None:

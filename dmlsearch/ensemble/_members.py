@@ -103,6 +103,9 @@ class MemberData:
     X: Any
     y: Any
     sample_weight: np.ndarray | None = None
+    # The fit parameter the weights go to: a Pipeline's is its final step's (see
+    # weight_key), for callers that route them there.
+    weight_key: str = "sample_weight"
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,7 @@ def fit_stack_units(
         try:
             estimator = clone(spec.estimators[est_idx])
             if fold == FULL:
-                kwargs = {} if sw is None else {"sample_weight": sw}
+                kwargs = {} if sw is None else {data.weight_key: sw}
                 estimator.fit(data.X, data.y, **kwargs)
                 out.append(
                     MemberResult(
@@ -407,7 +410,7 @@ def fit_stack_units(
                 )
                 continue
             train, test = spec.folds[fold]
-            kwargs = {} if sw is None else {"sample_weight": sw[train]}
+            kwargs = {} if sw is None else {data.weight_key: sw[train]}
             estimator.fit(_safe_indexing(data.X, train), data.y[train], **kwargs)
             method = spec.methods[est_idx]
             predictions = getattr(estimator, method)(_safe_indexing(data.X, test))

@@ -27,7 +27,13 @@ from .._validation import check_fit_data
 from ..exceptions import InvalidParameterError
 from ..runner import resolve_client
 from ..runner.units import Unit
-from ._common import ClientParam, check_takes_sample_weight, entropy_of, sample_weight_of
+from ._common import (
+    ClientParam,
+    check_takes_sample_weight,
+    entropy_of,
+    sample_weight_of,
+    weight_key,
+)
 from ._members import FULL, MAX_INT, MemberData, StackKind, StackSpec, member_seed
 from ._run import member_policy, run_members
 from ._selection_algo import diversity, ensemble_selection
@@ -262,8 +268,9 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
 
         ``X`` and ``y`` must be the data the search was fitted on (same rows, same order);
         ``sample_weight``, the weights it was fitted with (the members are refitted with
-        them; the selection scores the out-of-fold predictions unweighted, as the search
-        scored its folds).
+        them, a Pipeline's by its final step, as the search's ``<step>__sample_weight``;
+        the selection scores the out-of-fold predictions unweighted, as the search scored
+        its folds).
         """
         size, n_init, max_candidates = self._check_params()
         check_fit_data(X, y)  # a Dask DataFrame, no rows, a missing target
@@ -275,8 +282,9 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         y = np.asarray(y)
         classes = self._check_y(library, y, _num_samples(X))
         sw = sample_weight_of(sample_weight, _num_samples(X))
+        key, final = weight_key(library.estimator)
         if sw is not None:
-            check_takes_sample_weight("the search's estimator", library.estimator)
+            check_takes_sample_weight("the search's estimator", final)
         scorer = self._scorer(library)
         entropy = None if self.random_state is None else entropy_of(self.random_state)
         client = self.client if self.client is not None else library.client
@@ -290,7 +298,9 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
             chosen = np.flatnonzero(selection.counts)
             chosen = chosen[np.argsort(-selection.counts[chosen], kind="stable")]
             candidates = [library.candidates[i] for i in chosen]
-            self.estimators_ = self._refit(library, candidates, MemberData(X, y, sw), entropy, c)
+            self.estimators_ = self._refit(
+                library, candidates, MemberData(X, y, sw, key), entropy, c
+            )
         self.classes_ = classes
         self.members_ = [c.number for c in candidates]
         self.weights_ = selection.counts[chosen] / selection.counts.sum()
