@@ -255,6 +255,7 @@ def test_selection_over_a_regressor_search(client):
     best = max(-float(np.mean((search.oof_predictions(t.number) - y) ** 2)) for t in search.trials_)
     assert ens.oof_score_ >= best - 1e-6
     assert not hasattr(ens, "predict_proba")
+    assert not hasattr(ens, "classes_")  # as a scikit-learn regressor (it was None)
     by_hand = sum(w * m.predict(X) for w, m in zip(ens.weights_, ens.estimators_, strict=True))
     np.testing.assert_allclose(ens.predict(X), by_hand)
 
@@ -461,6 +462,20 @@ def test_a_pipeline_search_s_members_take_the_weights_at_its_final_step(client, 
         weighted = clone(pipe).set_params(**search.trials_[number].params)
         weighted.fit(X, y, clf__sample_weight=weights)
         np.testing.assert_allclose(member[-1].coef_, weighted[-1].coef_, rtol=1e-6)
+
+
+def test_the_ensemble_predicts_labels_of_the_search_s_dtype(client, iris):
+    # A nullable Int64 target: the search's classes_ are floats, as scikit-learn's are;
+    # the ensemble's were int64, so the two predicted different dtypes.
+    import pandas as pd
+
+    X, y = iris
+    target = pd.Series(np.unique(y, return_inverse=True)[1], dtype="Int64")
+    search = oof_grid(DecisionTreeClassifier(random_state=0), {"max_depth": [2, 3]}, client)
+    search.fit(X, target)
+    ens = EnsembleSelection(search, ensemble_size=2, n_init=1).fit(X, target)
+    assert ens.classes_.dtype == search.classes_.dtype
+    assert ens.predict(X[:5]).dtype == search.predict(X[:5]).dtype
 
 
 def test_selection_on_log_loss_scores_exact_probabilities(tree_search, iris):

@@ -56,7 +56,7 @@ class WeightedEnsemble(WeightedPredictions, BaseEstimator):
         """Check the members and weights; members are already fitted (nothing is trained)."""
         self.estimators_ = list(self.estimators)
         self.weights_ = check_weights(self.weights, len(self.estimators_))
-        self.classes_ = None if self.classes is None else np.asarray(self.classes)
+        self._set_labels(None if self.classes is None else np.asarray(self.classes))
         return self
 
     def _is_classifier(self) -> bool:

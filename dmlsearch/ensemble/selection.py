@@ -84,23 +84,35 @@ class WeightedPredictions:
 
     estimators_: list[Any]
     weights_: np.ndarray
-    classes_: np.ndarray | None
 
     def _is_classifier(self) -> bool:
         raise NotImplementedError
+
+    def _labels(self) -> np.ndarray | None:
+        """``classes_`` of a classifier; None for a regressor, which has none (as in
+        scikit-learn: ``hasattr(regressor, "classes_")`` is False)."""
+        return getattr(self, "classes_", None)
+
+    def _set_labels(self, classes: np.ndarray | None) -> None:
+        if classes is None:
+            self.__dict__.pop("classes_", None)  # a refit as a regressor
+        else:
+            self.classes_ = classes
 
     @available_if(lambda self: self._is_classifier())
     def predict_proba(self, X: Any) -> np.ndarray:
         """The members' weighted mean class probabilities (votes for members without them)."""
         check_is_fitted(self)
-        assert self.classes_ is not None
-        return weighted_proba(self.estimators_, self.weights_, self.classes_, X)
+        labels = self._labels()
+        assert labels is not None
+        return weighted_proba(self.estimators_, self.weights_, labels, X)
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest weighted probability, or the weighted mean prediction."""
         check_is_fitted(self)
-        if self.classes_ is not None:
-            return self.classes_.take(self.predict_proba(X).argmax(axis=1))
+        labels = self._labels()
+        if labels is not None:
+            return labels.take(self.predict_proba(X).argmax(axis=1))
         return weighted_mean(self.estimators_, self.weights_, X)
 
 
@@ -301,7 +313,7 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
             self.estimators_ = self._refit(
                 library, candidates, MemberData(X, y, sw, key), entropy, c
             )
-        self.classes_ = classes
+        self._set_labels(classes)
         self.members_ = [c.number for c in candidates]
         self.weights_ = selection.counts[chosen] / selection.counts.sum()
         self.oof_score_ = selection.score
@@ -340,7 +352,10 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
                 f"has classes {classes.tolist()} but {library.where} ran on "
                 f"{library.classes.tolist()}: pass the data the search was fitted on",
             )
-        return classes
+        # The search's own (a nullable Int64 y gives it floats, as scikit-learn's do):
+        # the ensemble predicts labels of the search's dtype.
+        own = getattr(self.search, "classes_", None)
+        return np.asarray(own) if own is not None and np.array_equal(own, classes) else classes
 
     def _scorer(self, library: Library) -> Any:
         scoring = self.scoring if self.scoring is not None else library.scoring
@@ -427,5 +442,6 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
     def score(self, X: Any, y: Any) -> float:
         """The selection's scorer (``scoring``) on ``X``, ``y``."""
         check_is_fitted(self)
-        prediction = self.predict_proba(X) if self.classes_ is not None else self.predict(X)
-        return float(self.scorer_(_Fixed(prediction, self.classes_), X, y))
+        labels = self._labels()
+        prediction = self.predict_proba(X) if labels is not None else self.predict(X)
+        return float(self.scorer_(_Fixed(prediction, labels), X, y))
