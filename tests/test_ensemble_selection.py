@@ -478,6 +478,21 @@ def test_the_ensemble_predicts_labels_of_the_search_s_dtype(client, iris):
     assert ens.predict(X[:5]).dtype == search.predict(X[:5]).dtype
 
 
+def test_a_probability_scoring_over_voting_trials_warns(client):
+    # LinearSVC has no predict_proba: its trials vote one-hot, and ROC AUC of votes ranked
+    # them far below the search's own ROC AUC of their decision functions, silently.
+    X, y = make_classification(n_samples=200, random_state=0)
+    search = SearchCV(
+        LinearSVC(), {"C": [0.01, 1.0]}, strategy="grid", cv=KFold(3), client=client,
+        scoring="roc_auc", keep_oof=True,
+    ).fit(X, y)  # fmt: skip
+    with pytest.warns(UserWarning, match=r"trials \[0, 1\] have no predict_proba.*one-hot votes"):
+        EnsembleSelection(search, ensemble_size=2, n_init=1).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a label scoring reads votes rightly
+        EnsembleSelection(search, ensemble_size=2, n_init=1, scoring="accuracy").fit(X, y)
+
+
 def test_selection_on_log_loss_scores_exact_probabilities(tree_search, iris):
     # float32 out-of-fold rows sum to 1 only to float32 precision: scored as probabilities
     # they are renormalised, so scikit-learn's log loss does not warn (an error here).

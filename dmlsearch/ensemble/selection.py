@@ -12,6 +12,7 @@ mean of the members' probabilities (one-hot votes for members without
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import Any
 
 import numpy as np
@@ -301,7 +302,7 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
         entropy = None if self.random_state is None else entropy_of(self.random_state)
         client = self.client if self.client is not None else library.client
         with resolve_client(client) as c:
-            P = self._library_predictions(library, c, classes, _num_samples(X))
+            P = self._library_predictions(library, c, classes, _num_samples(X), scorer)
 
             def score(prediction: np.ndarray) -> float:
                 return float(scorer(_Fixed(prediction, classes), X, y))
@@ -369,8 +370,31 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
             )
         return resolve_scoring(library.estimator, scoring).scorer
 
+    @staticmethod
+    def _warn_votes(scorer: Any, voting: list[int]) -> None:
+        """Warn when a scorer that ranks or weighs probabilities (ROC AUC, log loss) is to
+        score one-hot votes: it then misjudges those trials and the ensembles."""
+        method = getattr(scorer, "_response_method", "predict")
+        if not voting or method == "predict":
+            return
+        warnings.warn(
+            f"EnsembleSelection: trials {sorted(voting)[:10]} have no predict_proba, so "
+            "they take part as one-hot votes, and the scoring (it reads "
+            f"{method!r}) scores those votes, not their decision functions: it ranks them "
+            "below what the search measured. Use estimators with predict_proba "
+            "(SVC(probability=True), CalibratedClassifierCV) or a scoring on labels "
+            "(accuracy, f1)",
+            UserWarning,
+            stacklevel=4,
+        )
+
     def _library_predictions(
-        self, library: Library, client: Any, classes: np.ndarray | None, n_samples: int
+        self,
+        library: Library,
+        client: Any,
+        classes: np.ndarray | None,
+        n_samples: int,
+        scorer: Any = None,
     ) -> np.ndarray:
         """The candidates' out-of-fold predictions, stacked ``(M, n, ...)``."""
         found, lost = _oof.load(
@@ -383,6 +407,8 @@ class EnsembleSelection(WeightedPredictions, ClientParam, BaseEstimator):
                 "workers left or restarted); run the search again, with a registry to keep "
                 "them in its artifact store"
             )
+        if classes is not None:
+            self._warn_votes(scorer, [n for n, (m, _) in found.items() if m != "predict_proba"])
         out = []
         for c in library.candidates:
             method, values = found[c.number]
