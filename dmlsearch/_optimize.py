@@ -21,6 +21,7 @@ from typing import Any
 
 import dask
 
+from ._dask_config import config_flag
 from ._experiment import open_experiment
 from ._objective import PRUNED, ObjectiveKind, ObjectiveOutcome, ObjectiveSpec, Trial
 from ._objective_source import ObjectiveSource, as_trial_outcome, record_curve
@@ -148,7 +149,7 @@ def objective_qualname(objective: Any) -> str:
 
 def reporter(client: Any, name: str, meta: dict[str, Any], enabled: bool) -> Any:
     """The dashboard's reporter for this run, or None (off, or the page cannot start)."""
-    if not enabled or not dask.config.get("dmlsearch.dashboard", True):
+    if not enabled or not config_flag("dmlsearch.dashboard"):
         return None
     from .dashboard import DashboardReporter
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from distributed import Client
 
-from dmlsearch.exceptions import GangError
+from dmlsearch.exceptions import GangError, TrainingError
 from dmlsearch.training import DataParallelTrainer, _shm
 from dmlsearch.training._shm import Collectives, capacity_for, open_collectives
 
@@ -33,6 +33,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 CAPACITY = capacity_for([torch.zeros(1000, dtype=torch.float64)])
+
+
+#: The processes of the last _run (other tests' jobs make files of their own meanwhile).
+PIDS: list[int] = []
+
+
+def _files() -> set[str]:
+    """The files that the last _run's processes left in /dev/shm."""
+    return {p for p in glob.glob(f"/dev/shm/{_shm.PREFIX}*") if int(p.split("-")[1]) in PIDS}
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], out: Any) -> None:
@@ -59,6 +68,7 @@ def _run(fn: Callable[..., Any], world: int, wait: float = 120.0) -> dict[int, A
     procs = [ctx.Process(target=_entry, args=(r, world, port, fn, out)) for r in range(world)]
     for p in procs:
         p.start()
+    PIDS[:] = [p.pid for p in procs]
     results: dict[int, Any] = {}
     ends = time.monotonic() + wait
     while len(results) < world and time.monotonic() < ends:
@@ -96,7 +106,6 @@ def _sums(rank: int, world: int) -> dict[str, Any]:
 
 
 def test_sums_and_broadcasts_are_every_rank_s_and_the_same_on_all() -> None:
-    before = set(glob.glob("/dev/shm/dmlsearch-*"))
     results = _run(_sums, 3)
     assert sorted(results) == [0, 1, 2]
     for got in results.values():
@@ -115,7 +124,7 @@ def test_sums_and_broadcasts_are_every_rank_s_and_the_same_on_all() -> None:
                 assert np.array_equal(value, results[0][key]), key  # the same bits
             elif key.startswith("bcast"):
                 assert np.all(value == 3.0), key
-    assert set(glob.glob("/dev/shm/dmlsearch-*")) == before  # unlinked once mapped
+    assert not _files()  # unlinked once mapped
 
 
 def _dies(rank: int, world: int) -> Any:
@@ -213,10 +222,9 @@ def test_a_file_whose_creator_was_killed_is_removed_by_the_next_job() -> None:
 
 
 def test_ranks_that_cannot_all_map_the_file_use_torch_distributed() -> None:
-    before = set(glob.glob("/dev/shm/dmlsearch-*"))
     results = _run(_apart, 2)
     assert results[0] == results[1] == ("torch.distributed", [3.0] * 5)
-    assert set(glob.glob("/dev/shm/dmlsearch-*")) == before
+    assert not _files()
     assert open_collectives(0, 2, CAPACITY, 1.0, enabled=False).name == Collectives.name
 
 
@@ -259,3 +267,105 @@ def test_the_trainer_trains_the_same_bits_over_shared_memory_and_gloo(
     ):
         assert torch.equal(a, b), name  # two ranks: the same sums, bit for bit
     assert [h["loss"] for h in shared.history_] == [h["loss"] for h in gloo.history_]
+
+
+def _late_rank(rank: int, world: int) -> Any:
+    comm = open_collectives(rank, world, CAPACITY, 1.0, True)
+    t = torch.ones(3)
+    comm.all_reduce(t)
+    if rank == 0:
+        try:
+            comm.all_reduce(t)  # rank 1 is late: times out
+        except GangError:
+            comm.close(failed=True)
+            time.sleep(4)
+            return "gave up"
+        return "no error"
+    time.sleep(2.5)
+    try:
+        comm.all_reduce(t)  # rank 0 arrived, then gave up: this op must not complete
+    except GangError as exc:
+        return str(exc)
+    return "completed"
+
+
+def test_a_late_rank_learns_its_peer_gave_up_at_its_next_collective() -> None:
+    # It found rank 0's counter arrived, finished the op and trained one more step.
+    results = _run(_late_rank, 2)
+    assert results[0] == "gave up"
+    assert "rank 0 failed while rank 1 was late to a shared-memory all-reduce" in results[1]
+
+
+def _limited(rank: int, world: int) -> Any:
+    # 2 slots of CAPACITY bytes: above a tenth of a 100 KB worker, below one of 200 KB.
+    names = [
+        open_collectives(rank, world, CAPACITY, 30.0, True, limit).name
+        for limit in (100_000, 200_000)
+    ]
+    return names
+
+
+def test_a_file_above_a_tenth_of_the_worker_s_memory_limit_is_not_used() -> None:
+    results = _run(_limited, 2)
+    assert results[0] == results[1] == ["torch.distributed", "shared-memory"]
+
+
+def test_a_slot_holds_the_concatenation_at_the_widest_dtype() -> None:
+    # sync="average" concatenates parameters and buffers; bfloat16 with one float64 scalar
+    # is float64 throughout, 4 times the bfloat16 bytes: it went through gloo, unsaid.
+    tensors = [torch.zeros(1000, dtype=torch.bfloat16), torch.zeros((), dtype=torch.float64)]
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    assert capacity_for(tensors) >= flat.numel() * flat.element_size()
+
+
+class _Counted(torch.nn.Module):
+    """A model with an int16 buffer (gloo broadcasts no int16)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 1)
+        self.register_buffer("seen", torch.zeros(2, dtype=torch.int16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen += 1
+        return self.linear(x)
+
+
+def _fails_late(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The loss; on rank 1's worker, raises at its fifth call."""
+    from distributed import get_worker
+
+    with contextlib.suppress(ValueError):
+        worker = get_worker()
+        worker.calls = getattr(worker, "calls", 0) + 1
+        if worker.name == 1 and worker.calls == 5:
+            raise RuntimeError("a bug in the loss")
+    return _mse(out, target)
+
+
+def _shm_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(_shm.PREFIX in line for line in f)
+
+
+@pytest.mark.cluster
+def test_int16_buffers_train_and_a_failed_job_leaves_nothing_mapped(fresh_cluster: Any) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6)).astype(np.float32)
+    y = X[:, 0].copy()
+    with Client(fresh_cluster, set_as_default=False) as client:
+        for shared in (True, False):
+            with dask.config.set({_shm.CONFIG_KEY: shared}):
+                fitted = DataParallelTrainer(
+                    _Counted, _mse, _sgd, epochs=2, batch_size=10, n_workers=2,
+                    client=client, checkpoint_every=None, random_state=0,
+                ).fit(X, y)  # fmt: skip
+            assert fitted.transport_ == ("shared-memory" if shared else "gloo")
+            assert fitted.model_.seen.tolist() == [20, 20]  # 10 steps an epoch, rank 0's
+        with pytest.raises(TrainingError, match="a bug in the loss"):
+            DataParallelTrainer(
+                _mlp, _fails_late, _sgd, epochs=3, batch_size=10, n_workers=2,
+                client=client, checkpoint_every=None,
+            ).fit(X, y)  # fmt: skip
+        time.sleep(1)  # the rank that waited ends within 20 ms of the failure
+        assert client.run(_shm_mappings) == dict.fromkeys(client.run(_shm_mappings), 0)

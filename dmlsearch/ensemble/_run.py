@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import dask
 from distributed import Client
 
+from .._dask_config import config_flag
 from .._search_support import page_told
 from ..runner.loop import RunStats, WorkLoop
 from ..runner.units import DONE, Unit, UnitKind, UnitPolicy, UnitSource, _Signal
@@ -130,7 +131,7 @@ def run_members(
 
 
 def _reporter(client: Client, name: str, meta: dict[str, Any], total: int) -> Any:
-    if not dask.config.get("dmlsearch.dashboard", True):
+    if not config_flag("dmlsearch.dashboard"):
         return None
     from ..dashboard import DashboardReporter
 

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import dask
+from .._dask_config import config_flag
 
 __all__ = ["CONFIG_KEY", "call_tuned", "malloc_tuned"]
 
@@ -76,7 +76,7 @@ def _glibc() -> Any:
 
 
 def _enabled() -> bool:
-    return bool(dask.config.get(CONFIG_KEY, True))
+    return config_flag(CONFIG_KEY)
 
 
 @contextlib.contextmanager

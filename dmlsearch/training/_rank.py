@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import os
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -237,17 +238,32 @@ def _train(
         capacity_for([*model.parameters(), *model.buffers()]),
         job.timeout,
         job.shared_memory and on_cpu,
+        _memory_limit(),
     )
-    failed = True
     try:
         result = _epochs(
             job, rank, model, opt, make_sync(job.sync, model, job.average_every, comm), X, y
         )
-        failed = False
-    finally:
-        comm.close(failed)  # a peer waiting in a collective learns that this rank failed
+    except BaseException as exc:
+        # The failed collective's frames hold views of the shared file, and a mapping
+        # with views cannot be closed: it stayed mapped in the worker for good.
+        traceback.clear_frames(exc.__traceback__)
+        comm.close(failed=True)  # a peer waiting in a collective learns that this rank failed
+        raise
+    comm.close(failed=False)
     result["transport"] = comm.name if comm.name == "shared-memory" else job.backend
     return result
+
+
+def _memory_limit() -> int | None:
+    """The memory limit of this rank's worker in bytes (None: none, or not in a worker)."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except Exception:
+        return None
+    return int(limit) if limit else None
 
 
 def _epochs(

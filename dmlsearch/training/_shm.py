@@ -23,6 +23,7 @@ every job on ``torch.distributed``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import mmap
 import os
 import platform
@@ -44,7 +45,9 @@ SHM_DIR = "/dev/shm"
 PREFIX = "dmlsearch-"  # then the creating process's pid
 ROW = 64  # bytes per rank's header row: its own cache line
 _COUNTER, _PID, _START, _FAILED, _MAGIC = range(5)  # int64 fields of a row
+#: What a shared-memory all-reduce sums (a broadcast copies bytes: any dtype).
 _DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64}
+MEMORY_SHARE = 0.1  # of a worker's memory limit, at most, for the file
 _SPINS = 2048  # waits this long (a few ms at most) spin before they sleep
 _SLEEP = 50e-6  # then sleep this long between looks,
 _LONG_WAIT, _LONG_SLEEP = 0.1, 1e-3  # and this long once they have waited that long
@@ -62,7 +65,8 @@ class Collectives:
 
     def broadcast(self, t: torch.Tensor, src: int) -> None:
         """Replace ``t`` by rank ``src``'s."""
-        dist.broadcast(t, src=src)
+        # As bytes: gloo broadcasts no int16 (a buffer of that dtype failed every job).
+        dist.broadcast(t.view(torch.uint8) if t.is_contiguous() and t.dim() else t, src=src)
 
     def close(self, failed: bool) -> None:
         """After the rank's last collective; ``failed``: it ends by raising."""
@@ -124,16 +128,17 @@ class SharedMemoryCollectives(Collectives):
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
         return self.slots[start : start + nbytes].view(dtype)
 
-    def _fits(self, t: torch.Tensor) -> bool:
+    def _fits(self, t: torch.Tensor, summed: bool) -> bool:
         return (
             t.device.type == "cpu"
-            and t.dtype in _DTYPES
+            and (t.dtype in _DTYPES or not summed)
             and t.is_contiguous()
+            and t.dim() > 0
             and t.numel() * t.element_size() <= self.capacity
         )
 
     def all_reduce(self, t: torch.Tensor) -> None:
-        if not self._fits(t):
+        if not self._fits(t, summed=True):
             dist.all_reduce(t)
             return
         flat, n = t.view(-1), t.numel()
@@ -146,8 +151,8 @@ class SharedMemoryCollectives(Collectives):
         self._leave()
 
     def broadcast(self, t: torch.Tensor, src: int) -> None:
-        if not self._fits(t):
-            dist.broadcast(t, src=src)
+        if not self._fits(t, summed=False):
+            super().broadcast(t, src)
             return
         flat, n = t.view(-1), t.numel()
         self._begin("broadcast")
@@ -163,8 +168,12 @@ class SharedMemoryCollectives(Collectives):
             self.rows[self.rank, _FAILED] = 1
         # The views go first: a mapping with exported buffers cannot be closed.
         del self.rows, self.counters, self.slots
-        with contextlib.suppress(BufferError):
+        try:
             self._mm.close()
+        except BufferError:  # a view still held (a cycle): collected, then closed
+            gc.collect()
+            with contextlib.suppress(BufferError):
+                self._mm.close()
 
     def _begin(self, op: str) -> None:
         if self.gen:  # every rank has read what the previous op left in the slots
@@ -173,6 +182,14 @@ class SharedMemoryCollectives(Collectives):
     def _arrive(self, op: str) -> None:
         self.counters[self.rank] = 2 * self.gen + 1
         self._wait(2 * self.gen + 1, op)
+        # A peer that gave up on this rank (its timeout) arrived before failing: without
+        # this look, a late rank would finish the op and train one more step.
+        failed = np.flatnonzero(self.rows[:, _FAILED])
+        if len(failed):
+            raise GangError(
+                f"rank {failed[0]} failed while rank {self.rank} was late to a shared-memory {op}",
+                rank=int(failed[0]),
+            )
 
     def _leave(self) -> None:
         self.counters[self.rank] = 2 * self.gen + 2
@@ -221,10 +238,12 @@ class SharedMemoryCollectives(Collectives):
 
 
 def capacity_for(tensors: Iterable[torch.Tensor]) -> int:
-    """Bytes a slot needs for any flat buffer the syncs make of ``tensors``: all of them,
-    plus one count per tensor, rounded up to whole rows."""
+    """Bytes a slot needs for any flat buffer the syncs make of ``tensors``: all of them
+    and one count per tensor, at the widest element size (``sync="average"`` concatenates
+    them, and the concatenation takes the widest dtype), rounded up to whole rows."""
     tensors = list(tensors)
-    total = sum(t.numel() * t.element_size() for t in tensors) + 8 * len(tensors)
+    widest = max((t.element_size() for t in tensors), default=8)
+    total = (sum(t.numel() for t in tensors) + len(tensors)) * max(widest, 8)
     return -(-total // ROW) * ROW
 
 
@@ -275,22 +294,30 @@ def _peers_visible(mm: mmap.mmap, world_size: int) -> bool:
 
 
 def open_collectives(
-    rank: int, world_size: int, capacity: int, timeout: float, enabled: bool
+    rank: int,
+    world_size: int,
+    capacity: int,
+    timeout: float,
+    enabled: bool,
+    memory_limit: int | None = None,
 ) -> Collectives:
     """The rank's collectives: through shared memory when every rank agrees it can map
     the same file and see the others' processes, else ``torch.distributed``.
 
     Called by every rank (a few small gloo collectives decide it together) unless
-    ``enabled`` is False, the same on every rank.
+    ``enabled`` is False, the same on every rank. A file above a tenth of
+    ``memory_limit`` (the rank's worker's, in bytes) is not used: every rank reads every
+    slot, so the whole file counts in each worker's memory, as Dask's nanny measures it.
     """
     if not enabled or world_size < 2:
         return Collectives()
     size = world_size * (ROW + capacity)
+    fits = not memory_limit or size <= memory_limit * MEMORY_SHARE
     mm: mmap.mmap | None = None
     path = None
     offer: list[object] = [None, 0]
     try:
-        if rank == 0 and _host_supports():
+        if rank == 0 and fits and _host_supports():
             _remove_orphans()
             path = os.path.join(SHM_DIR, f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
             magic = int.from_bytes(os.urandom(7), "little")
@@ -299,7 +326,7 @@ def open_collectives(
                 np.frombuffer(mm, dtype=np.int64, count=_MAGIC + 1)[_MAGIC] = magic
                 offer = [path, magic]
         dist.broadcast_object_list(offer, src=0)
-        if rank != 0 and offer[0] is not None and _host_supports():
+        if rank != 0 and offer[0] is not None and fits and _host_supports():
             mm = _attach(str(offer[0]), size, int(offer[1]))  # type: ignore[call-overload]
         if mm is not None:
             row = np.frombuffer(mm, dtype=np.int64, count=ROW // 8, offset=rank * ROW)

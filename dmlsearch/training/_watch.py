@@ -14,8 +14,9 @@ import logging
 import uuid
 from typing import Any
 
-import dask
 from distributed import Client, Variable
+
+from .._dask_config import config_flag
 
 __all__ = ["JobWatch"]
 
@@ -35,7 +36,7 @@ class JobWatch:
     def start(cls, client: Client, name: str, meta: dict[str, Any]) -> JobWatch:
         """Open the job's panel, unless the Dask config ``dmlsearch.dashboard`` is False."""
         reporter = None
-        if dask.config.get("dmlsearch.dashboard", True):
+        if config_flag("dmlsearch.dashboard"):
             from ..dashboard import DashboardReporter, page_link
 
             try:

@@ -24,13 +24,13 @@ import uuid
 import warnings
 from typing import Any
 
-import dask
 import torch
 from distributed import Client
 from distributed.comm import get_address_host
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from .._dask_config import config_flag
 from .._recording import data_fingerprint, input_signature
 from ..ensemble._common import entropy_of
 from ..exceptions import (
@@ -490,7 +490,7 @@ class DataParallelTrainer(BaseEstimator):
             progress_var=progress_var,
             dtypes=self._dtypes,
             default_dtype=str(torch.get_default_dtype()).removeprefix("torch."),
-            shared_memory=bool(dask.config.get(SHARED_MEMORY_KEY, True)),
+            shared_memory=config_flag(SHARED_MEMORY_KEY),
         )
         args = [
             (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
