@@ -369,3 +369,28 @@ def test_int16_buffers_train_and_a_failed_job_leaves_nothing_mapped(fresh_cluste
             ).fit(X, y)  # fmt: skip
         time.sleep(1)  # the rank that waited ends within 20 ms of the failure
         assert client.run(_shm_mappings) == dict.fromkeys(client.run(_shm_mappings), 0)
+
+
+def _lazy() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+
+
+@pytest.mark.cluster
+def test_a_model_with_lazy_layers_trains_the_same_each_time(client: Client) -> None:
+    # The driver saved the initial state with LazyLinear's parameters still shapeless: a
+    # plain ValueError from torch, before any rank started.
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 6)).astype(np.float32)
+    y = X[:, 0].copy()
+
+    def fit() -> DataParallelTrainer:
+        return DataParallelTrainer(
+            _lazy, _mse, _sgd, epochs=2, batch_size=10, n_workers=2, client=client,
+            checkpoint_every=None, random_state=3,
+        ).fit(X, y)  # fmt: skip
+
+    first, second = fit(), fit()
+    assert first.model_[0].weight.shape == (8, 6)
+    for a, b in zip(first.model_.parameters(), second.model_.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert first.history_[-1]["loss"] < first.history_[0]["loss"]

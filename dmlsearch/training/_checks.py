@@ -18,7 +18,7 @@ from ..exceptions import DmlsearchError, InvalidParameterError
 from ..registry._checks import INT64_MAX, check_model_name, check_new_name
 from ._data import head
 from ._device import check_device_params
-from ._trial import copied, try_batch
+from ._trial import copied, materialize, try_batch
 
 __all__ = [
     "SYNCS",
@@ -198,7 +198,10 @@ def initial_model(
             f"must return a torch.optim.Optimizer, returned {type(optimizer).__name__}",
         )
     b = int(trainer.batch_size)
-    return model, try_batch(model, trainer.loss_fn, head(X, b), head(y, b))
+    xb = head(X, b)
+    dtypes = try_batch(model, trainer.loss_fn, xb, head(y, b))
+    materialize(model, xb, dtypes[0], seed)
+    return model, dtypes
 
 
 def diverged(losses: Iterable[tuple[Any, Any]]) -> str | None:

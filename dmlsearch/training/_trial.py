@@ -25,7 +25,14 @@ import torch
 from ..exceptions import InvalidParameterError
 from ._rank import _tensor
 
-__all__ = ["ONE_D_HINT", "copied", "describe", "in_training_mode", "try_batch"]
+__all__ = [
+    "ONE_D_HINT",
+    "copied",
+    "describe",
+    "in_training_mode",
+    "materialize",
+    "try_batch",
+]
 
 #: ``warnings.catch_warnings`` swaps process-wide state: one try at a time (search trials
 #: prepare their folds on the driver's threads).
@@ -119,6 +126,22 @@ def in_training_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
                     b.copy_(saved)
             for m, mode in modes:
                 m.train(mode)
+
+
+def materialize(model: torch.nn.Module, xb: np.ndarray, x_dtype: str, seed: int) -> None:
+    """Initialise ``model``'s lazy parameters (``LazyLinear``) in place: one forward pass of
+    ``xb`` in eval mode (no statistics move, no dropout), seeded. The ranks start from the
+    state saved on the driver, which cannot hold parameters that have no shape yet."""
+    if not any(torch.nn.parameter.is_lazy(p) for p in model.parameters()):
+        return
+    modes = [(m, m.training) for m in model.modules()]
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        try:
+            model.eval()(_tensor(xb, x_dtype))
+        finally:
+            for module, training in modes:
+                module.training = training
 
 
 def try_batch(
