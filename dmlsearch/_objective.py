@@ -122,6 +122,8 @@ class Trial:
             from distributed import Event
 
             self._stopped = bool(Event(self._stop_event).is_set())
+        except TrialTimeoutError:
+            raise  # the trial's deadline, fired during the round trip: not ours to swallow
         except Exception:  # not on a worker, or the scheduler is going: keep training
             return False
         return self._stopped

@@ -378,6 +378,8 @@ def _held_state(
     t0 = time.perf_counter()
     try:
         models = context.store.load(spec.trial, spec.from_resource, spec.state_copy)
+    except TrialTimeoutError:
+        raise  # the step's deadline, fired during the read: the step stops
     except Exception:  # unreadable (a store gone, a class renamed): refit, as without one
         models = None
     seconds = time.perf_counter() - t0

@@ -302,6 +302,31 @@ def _sleeper(params: dict[str, Any], trial: Trial) -> float:
     return float(params["t"])
 
 
+def test_a_deadline_that_fires_inside_report_or_should_stop_is_not_swallowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The soft timeout raises TrialTimeoutError wherever the trial's thread is; inside
+    # trial.report's (or should_stop's) "never fail for a report" guard it was swallowed,
+    # the trial ran on until its worker was restarted (1 full-suite run in 3, under load).
+    import distributed
+
+    from dmlsearch.exceptions import TrialTimeoutError
+    from dmlsearch.runner.reports import reporting_to
+
+    def fires(*args: Any, **kwargs: Any) -> Any:
+        raise TrialTimeoutError("trial 0 ran past trial_timeout")
+
+    monkeypatch.setattr(distributed, "get_worker", fires)
+    monkeypatch.setattr(distributed, "Event", fires)
+    trial = Trial(0, {}, stop_event="stop-0")
+    with reporting_to("topic"), pytest.raises(TrialTimeoutError):
+        trial.report(1.0, 0)
+    with pytest.raises(TrialTimeoutError):
+        trial.should_stop()
+    monkeypatch.setattr(distributed, "Event", lambda *a, **k: 1 / 0)  # anything else: no
+    assert trial.should_stop() is False
+
+
 @pytest.mark.cluster
 def test_trial_timeout_stops_a_trial_in_its_thread_keeping_its_steps(client: Any) -> None:
     result = optimize(
