@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import mmap
 import multiprocessing
 import os
 import signal
@@ -394,3 +395,30 @@ def test_a_model_with_lazy_layers_trains_the_same_each_time(client: Client) -> N
     for a, b in zip(first.model_.parameters(), second.model_.parameters(), strict=True):
         assert torch.equal(a, b)
     assert first.history_[-1]["loss"] < first.history_[0]["loss"]
+
+
+def test_an_op_a_failed_peer_had_finished_stands_and_the_next_one_fails(tmp_path: Any) -> None:
+    # Rank 0 arrived first, but saw rank 1's arrival only after rank 1 had finished the op
+    # and failed at its next step: raising there lost the checkpoint of the epoch that op
+    # ended (a suite run: "the last checkpoint is of epoch 1" where rank 1 failed in
+    # epoch 3). Two ranks' views of one file, in this process, stepped by hand.
+    size = 2 * (_shm.ROW + CAPACITY)
+    path = str(tmp_path / "collectives")
+    first = _shm._create(path, size)
+    second = mmap.mmap(os.open(path, os.O_RDWR), size)
+    for mm in (first, second):
+        rows = np.frombuffer(mm, dtype=np.int64, count=2 * _shm.ROW // 8).reshape(2, -1)
+        rows[:, 1], rows[:, 2] = os.getpid(), _shm._process_start(os.getpid())
+        del rows
+    zero = _shm.SharedMemoryCollectives(first, 0, 2, CAPACITY, 30.0)
+    one = _shm.SharedMemoryCollectives(second, 1, 2, CAPACITY, 30.0)
+    t0, t1 = torch.full((3,), 1.0), torch.full((3,), 2.0)
+    zero._slot(0, t0.dtype, 3).copy_(t0)
+    zero.counters[0] = 1  # rank 0 arrived at op 0...
+    one.all_reduce(t1)  # ...rank 1 finished it...
+    one.close(failed=True)  # ...and failed at its next step
+    zero.all_reduce(t0)  # rank 0 sees it all only now: the op stands
+    assert t0.tolist() == t1.tolist() == [3.0] * 3
+    with pytest.raises(GangError, match="rank 1 failed while rank 0 waited for it"):
+        zero.all_reduce(t0)
+    zero.close(failed=True)

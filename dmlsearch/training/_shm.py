@@ -182,10 +182,14 @@ class SharedMemoryCollectives(Collectives):
     def _arrive(self, op: str) -> None:
         self.counters[self.rank] = 2 * self.gen + 1
         self._wait(2 * self.gen + 1, op)
-        # A peer that gave up on this rank (its timeout) arrived before failing: without
-        # this look, a late rank would finish the op and train one more step.
-        failed = np.flatnonzero(self.rows[:, _FAILED])
-        if len(failed):
+        # A peer that gave up on this rank (its timeout) arrived but never finished this
+        # op: without this look, a late rank would finish it and train one more step. A
+        # peer that finished the op and failed after (its next step) has not given up on
+        # it: the op stands (rank 0 still publishes the checkpoint of the epoch it ends).
+        # The flag is read first: a peer sets its counter before its flag.
+        flagged = np.flatnonzero(self.rows[:, _FAILED])
+        failed = [r for r in flagged if self.counters[r] < 2 * self.gen + 2]
+        if failed:
             raise GangError(
                 f"rank {failed[0]} failed while rank {self.rank} was late to a shared-memory {op}",
                 rank=int(failed[0]),
