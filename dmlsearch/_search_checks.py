@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._rung_store import check_state_store
 from ._scoring import Scoring, resolve_scoring
-from ._validation import check_search_params, check_space_names
+from ._validation import check_search_params, check_space_names, final_step
 from ._xgb_matrices import stops_early
 from .exceptions import DmlsearchError, InvalidParameterError
 from .registry._checks import check_model_name
@@ -219,12 +219,7 @@ def check_early_stopping(
     eval_set=...)``; without it every trial would fail on a worker with xgboost's message.
     The final step of a Pipeline counts (``<step>__eval_set``).
     """
-    final, prefix = estimator, ""
-    while isinstance(getattr(final, "steps", None), list):  # a Pipeline: its final step
-        if not final.steps:
-            return
-        name, final = final.steps[-1]
-        prefix += f"{name}__"
+    prefix, final = final_step(estimator)
     if not type(final).__module__.startswith("xgboost"):
         return
     key = f"{prefix}early_stopping_rounds"

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import FitFailedWarning
 
+from ._errors import error_headline
 from ._evaluate import TrialOutcome
 from .exceptions import AllTrialsFailedError, InvalidParameterError
 
@@ -108,7 +109,7 @@ def warn_lost_oof(outcomes: Sequence[TrialOutcome], *, stacklevel: int) -> None:
     lost = [(t.number, t.oof_error) for t in outcomes if t.oof_error is not None]
     if lost:
         number, error = lost[0]
-        reason = error.strip().splitlines()[-1]
+        reason = error_headline(error)
         warnings.warn(
             f"keep_oof: {len(lost)} of the {len(outcomes)} trials kept no out-of-fold "
             f"predictions (their scores stand; ensemble selection leaves them out). "

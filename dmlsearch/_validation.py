@@ -31,6 +31,7 @@ __all__ = [
     "check_space_names",
     "cv_splits",
     "describe_rows",
+    "final_step",
     "missing_target_rows",
     "set_params_accepts",
 ]
@@ -429,3 +430,13 @@ def cv_splits(
 
     n_samples = _num_samples(X)
     return [_check_split(i, train, test, n_samples) for i, (train, test) in enumerate(raw)]
+
+
+def final_step(estimator: Any) -> tuple[str, Any]:
+    """A Pipeline's final step (nested ones too) and the prefix of its parameters
+    (``"clf__"``); ``("", estimator)`` for anything else. An empty Pipeline is its own."""
+    prefix, final = "", estimator
+    while isinstance(getattr(final, "steps", None), list) and final.steps:
+        name, final = final.steps[-1]
+        prefix += f"{name}__"
+    return prefix, final

@@ -413,7 +413,7 @@ def test_an_op_a_failed_peer_had_finished_stands_and_the_next_one_fails(tmp_path
     zero = _shm.SharedMemoryCollectives(first, 0, 2, CAPACITY, 30.0)
     one = _shm.SharedMemoryCollectives(second, 1, 2, CAPACITY, 30.0)
     t0, t1 = torch.full((3,), 1.0), torch.full((3,), 2.0)
-    zero._slot(0, t0.dtype, 3).copy_(t0)
+    zero._slot(0, t0).copy_(t0)
     zero.counters[0] = 1  # rank 0 arrived at op 0...
     one.all_reduce(t1)  # ...rank 1 finished it...
     one.close(failed=True)  # ...and failed at its next step

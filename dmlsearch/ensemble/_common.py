@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import final_step
 from ..exceptions import InvalidParameterError
 
 __all__ = [
@@ -61,11 +62,8 @@ def nan_allowed(estimator: Any) -> bool:
 def weight_key(estimator: Any) -> tuple[str, Any]:
     """The fit parameter that gives ``estimator`` sample weights, and the estimator that
     takes them: a Pipeline's final step's (``clf__sample_weight``), nested ones too."""
-    path, final = [], estimator
-    while isinstance(getattr(final, "steps", None), list) and final.steps:
-        name, final = final.steps[-1]
-        path.append(name)
-    return "__".join([*path, "sample_weight"]), final
+    prefix, final = final_step(estimator)
+    return f"{prefix}sample_weight", final
 
 
 def check_takes_sample_weight(name: str, estimator: Any) -> None:

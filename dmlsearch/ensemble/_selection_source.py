@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.base import is_classifier
 
 from .. import _oof
+from .._errors import error_headline
 from .._states import COMPLETE
 from ..exceptions import AllTrialsFailedError, InvalidParameterError
 
@@ -289,8 +290,7 @@ def trial_predictions(search: Any, trial: int) -> np.ndarray:
     if trial in why:
         raise InvalidParameterError(
             "trial",
-            f"trial {trial} kept no out-of-fold predictions: "
-            f"{str(why[trial]).strip().splitlines()[-1]}",
+            f"trial {trial} kept no out-of-fold predictions: {error_headline(why[trial])}",
         )
     if trial not in refs:
         shown = sorted(refs)[:10]

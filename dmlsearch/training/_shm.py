@@ -115,18 +115,16 @@ class SharedMemoryCollectives(Collectives):
         self.capacity, self.timeout = capacity, timeout
         self.gen = 0
         self._mm = mm
-        self.rows = np.frombuffer(mm, dtype=np.int64, count=world_size * ROW // 8).reshape(
-            world_size, ROW // 8
-        )
+        self.rows = _rows(mm, world_size)
         self.counters = self.rows[:, _COUNTER]
         self.slots = torch.frombuffer(mm, dtype=torch.uint8, offset=world_size * ROW)
         self.pids = [int(p) for p in self.rows[:, _PID]]
         self.starts = [int(s) for s in self.rows[:, _START]]
 
-    def _slot(self, rank: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
+    def _slot(self, rank: int, like: torch.Tensor) -> torch.Tensor:
+        """Rank ``rank``'s slot as a flat tensor of ``like``'s dtype and size."""
         start = rank * self.capacity
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        return self.slots[start : start + nbytes].view(dtype)
+        return self.slots[start : start + like.numel() * like.element_size()].view(like.dtype)
 
     def _fits(self, t: torch.Tensor, summed: bool) -> bool:
         return (
@@ -141,26 +139,26 @@ class SharedMemoryCollectives(Collectives):
         if not self._fits(t, summed=True):
             dist.all_reduce(t)
             return
-        flat, n = t.view(-1), t.numel()
+        flat = t.view(-1)
         self._begin("all-reduce")
-        self._slot(self.rank, t.dtype, n).copy_(flat)
+        self._slot(self.rank, flat).copy_(flat)
         self._arrive("all-reduce")
-        torch.add(self._slot(0, t.dtype, n), self._slot(1, t.dtype, n), out=flat)
+        torch.add(self._slot(0, flat), self._slot(1, flat), out=flat)
         for r in range(2, self.world_size):
-            flat.add_(self._slot(r, t.dtype, n))
+            flat.add_(self._slot(r, flat))
         self._leave()
 
     def broadcast(self, t: torch.Tensor, src: int) -> None:
         if not self._fits(t, summed=False):
             super().broadcast(t, src)
             return
-        flat, n = t.view(-1), t.numel()
+        flat = t.view(-1)
         self._begin("broadcast")
         if self.rank == src:
-            self._slot(src, t.dtype, n).copy_(flat)
+            self._slot(src, flat).copy_(flat)
         self._arrive("broadcast")
         if self.rank != src:
-            flat.copy_(self._slot(src, t.dtype, n))
+            flat.copy_(self._slot(src, flat))
         self._leave()
 
     def close(self, failed: bool) -> None:
@@ -283,15 +281,20 @@ def _attach(path: str, size: int, magic: int) -> mmap.mmap | None:
         mm = mmap.mmap(fd, size)
     finally:
         os.close(fd)
-    if int(np.frombuffer(mm, dtype=np.int64, count=_MAGIC + 1)[_MAGIC]) != magic:
+    if int(_rows(mm, 1)[0, _MAGIC]) != magic:
         mm.close()
         return None
     return mm
 
 
+def _rows(mm: mmap.mmap, n: int) -> np.ndarray:
+    """The first ``n`` rows of the file's header, one int64 field a column (a view)."""
+    return np.frombuffer(mm, dtype=np.int64, count=n * ROW // 8).reshape(n, ROW // 8)
+
+
 def _peers_visible(mm: mmap.mmap, world_size: int) -> bool:
     """Every rank's row names a process this one sees (the same pid namespace)."""
-    rows = np.frombuffer(mm, dtype=np.int64, count=world_size * ROW // 8).reshape(world_size, -1)
+    rows = _rows(mm, world_size)
     ok = all(_process_start(int(rows[r, _PID])) == int(rows[r, _START]) for r in range(world_size))
     del rows
     return ok
@@ -327,15 +330,15 @@ def open_collectives(
             magic = int.from_bytes(os.urandom(7), "little")
             with contextlib.suppress(OSError):
                 mm = _create(path, size)
-                np.frombuffer(mm, dtype=np.int64, count=_MAGIC + 1)[_MAGIC] = magic
+                _rows(mm, 1)[0, _MAGIC] = magic
                 offer = [path, magic]
         dist.broadcast_object_list(offer, src=0)
         if rank != 0 and offer[0] is not None and fits and _host_supports():
             mm = _attach(str(offer[0]), size, int(offer[1]))  # type: ignore[call-overload]
         if mm is not None:
-            row = np.frombuffer(mm, dtype=np.int64, count=ROW // 8, offset=rank * ROW)
-            row[_PID], row[_START] = os.getpid(), _process_start(os.getpid()) or -1
-            del row
+            rows = _rows(mm, rank + 1)
+            rows[rank, _PID], rows[rank, _START] = os.getpid(), _process_start(os.getpid()) or -1
+            del rows
         dist.barrier()
         ok = torch.tensor([int(mm is not None and _peers_visible(mm, world_size))])
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)

@@ -116,16 +116,25 @@ def in_training_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         if trial is not None:
             yield trial.train()
             return
-        modes = [(m, m.training) for m in model.modules()]
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
-        try:
-            yield model.train()
-        finally:
-            with torch.no_grad():
-                for b, saved in buffers:
-                    b.copy_(saved)
-            for m, mode in modes:
-                m.train(mode)
+        with _modes_kept(model):
+            try:
+                yield model.train()
+            finally:
+                with torch.no_grad():
+                    for b, saved in buffers:
+                        b.copy_(saved)
+
+
+@contextlib.contextmanager
+def _modes_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Every submodule's training mode, put back on exit."""
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.train(mode)
 
 
 def materialize(model: torch.nn.Module, xb: np.ndarray, x_dtype: str, seed: int) -> None:
@@ -134,14 +143,9 @@ def materialize(model: torch.nn.Module, xb: np.ndarray, x_dtype: str, seed: int)
     state saved on the driver, which cannot hold parameters that have no shape yet."""
     if not any(torch.nn.parameter.is_lazy(p) for p in model.parameters()):
         return
-    modes = [(m, m.training) for m in model.modules()]
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), _modes_kept(model):
         torch.manual_seed(seed)
-        try:
-            model.eval()(_tensor(xb, x_dtype))
-        finally:
-            for module, training in modes:
-                module.training = training
+        model.eval()(_tensor(xb, x_dtype))
 
 
 def try_batch(
