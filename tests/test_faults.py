@@ -186,6 +186,22 @@ def test_a_lost_worker_is_replaced_by_a_warm_one(fresh_cluster: LocalCluster) ->
     assert any("forkserver" in part for part in parent), parent
 
 
+def _server_settings(dask_worker: Any) -> tuple[float, bool]:
+    return dask_worker._tick_interval, dask.config.get("distributed.worker.profile.enabled")
+
+
+def test_the_embedded_cluster_keeps_its_servers_quiet(client: Client) -> None:
+    # The workers forked from the warm server carry the settings made when the cluster
+    # started: no profiler, an event-loop self-timing tick every 200 ms rather than 20 ms
+    # (half an idle cluster's CPU, taken from the ranks of gang jobs).
+    for tick, profiling in client.run(_server_settings).values():
+        assert tick == pytest.approx(0.2)
+        assert not profiling
+    assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval) == (
+        pytest.approx(0.2)
+    )
+
+
 def test_processes_false_keeps_thread_workers() -> None:
     # In-process comms take no host (127.0.0.1 is for TCP).
     cluster = start_local_cluster(1, processes=False, host=None, dashboard_address=":0")

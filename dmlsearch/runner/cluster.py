@@ -95,7 +95,8 @@ def start_local_cluster(
     """Worker processes on 127.0.0.1, a dashboard on a free port, the worker profiler off.
 
     The profiler samples every thread every 10 ms and costs about a third of the
-    throughput of tiny trials (docs/benchmarks.md). A task that kills two workers is
+    throughput of tiny trials (docs/benchmarks.md); the servers time their event loops
+    every 200 ms rather than 20 (see the setting below). A task that kills two workers is
     given up (``allowed-failures: 1``). Data broadcast to every worker stays there (the
     Active Memory Manager is off). Worker processes fork from a warm server
     (:class:`WarmNanny`), so a lost worker is replaced in a fraction of a second. The
@@ -124,6 +125,11 @@ def start_local_cluster(
         # Memory Manager drops such copies within seconds, so a killed worker then takes
         # the only copy and the run must send it again (docs/reliability.md).
         "distributed.scheduler.active-memory-manager.start": False,
+        # Every event loop (scheduler, workers) wakes every 20 ms by default only to time
+        # itself (Dask's "unresponsive event loop" log and a dashboard metric): half an
+        # idle cluster's CPU, taken from the ranks of a gang job, which all wait for the
+        # one preempted (docs/benchmarks.md). Its warning still fires after 3 s.
+        "distributed.admin.tick.interval": "200ms",
     }
     with dask.config.set(settings):
         try:

@@ -24,7 +24,8 @@ What is measured
     Reported per approach (median over the rounds): the fit's wall time (for the trainer:
     gang reservation, scatter of the shards, rendezvous and the ranks' epochs), epoch
     throughput (rows per second, mean over the epochs after the first; the trainer's from
-    ``history_``), throughput relative to ``plain``, seconds in synchronising collectives
+    ``history_``), throughput relative to ``plain`` (``x plain``: the ratio of the
+    medians; ``paired``: the median of each round's ratio to plain in that round), seconds in synchronising collectives
     and rounds per epoch, the last epoch's mean training loss, and the accuracy of the
     final model on all rows.
 
@@ -220,6 +221,13 @@ def _run_trainer(
     }
 
 
+def paired(results: list[dict[str, Any]], plain: list[float]) -> list[float]:
+    """Each round's throughput over plain torch's in the same round: the machine's speed
+    drifts from round to round (plain's own rows/s moved by up to 40 % in one run), and a
+    ratio within a round cancels that drift."""
+    return [r["throughput"] / p for r, p in zip(results, plain, strict=True)]
+
+
 def main(argv: list[str]) -> None:
     global GLOBAL_BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,7 +266,8 @@ def main(argv: list[str]) -> None:
                 with timer() as wall:
                     result = run(client)
                 runs[name].append({**result, "wall": wall[0]})
-    base = median([r["throughput"] for r in runs["plain (1 process, 1 thread)"]])
+    plain = [r["throughput"] for r in runs["plain (1 process, 1 thread)"]]
+    base = median(plain)
     rows = []
     for name, results in runs.items():
 
@@ -271,6 +280,7 @@ def main(argv: list[str]) -> None:
                 med("wall"),
                 med("throughput"),
                 med("throughput") / base,
+                median(paired(results, plain)),
                 med("sync_s"),
                 int(med("rounds")),
                 med("loss"),
@@ -283,6 +293,7 @@ def main(argv: list[str]) -> None:
             "fit s",
             "rows/s",
             "x plain",
+            "paired",
             "sync s/epoch",
             "rounds/epoch",
             "loss",
@@ -298,6 +309,8 @@ def main(argv: list[str]) -> None:
                 + (f", over {r['transport']}" if "transport" in r else "")
                 for r in results
             )
+            + "; x plain per round: "
+            + " ".join(f"{v:.2f}" for v in paired(results, plain))
         )
     print_footer()
 
