@@ -96,6 +96,21 @@ def test_a_rank_that_raises_names_rank_and_worker(three: Client) -> None:
     assert three.get_metadata(METADATA_KEY, default={}) == {}
 
 
+def _gives_up_on_rank_one(rank: int) -> int:
+    if rank == 0:
+        raise GangError("rank 0 waited past its timeout for rank 1", rank=1)
+    time.sleep(2)  # the late one
+    return rank
+
+
+def test_a_rank_that_gave_up_on_a_peer_blames_the_peer(three: Client) -> None:
+    with reserve(three, 2, name="waiter") as gang:
+        with pytest.raises(GangError, match=r"rank 0 of 2 .* for rank 1") as info:
+            gang.run(_gives_up_on_rank_one, [(0,), (1,)])
+        assert info.value.rank == 1
+        assert info.value.worker == gang.workers[1]
+
+
 def test_a_busy_gang_makes_the_next_wait_or_time_out(three: Client) -> None:
     with reserve(three, 2, name="holder"):
         with (

@@ -311,11 +311,16 @@ class Gang:
             except Exception as err:  # the result went with its worker
                 exc = err
             what = f"failed with {type(exc).__name__}: {exc}"
+        # A rank that gave up waiting for a peer (its collective's timeout, or a peer that
+        # failed) says which: that is the rank to blame, not the one that waited.
+        blamed = getattr(exc, "rank", None) if isinstance(exc, GangError) else None
+        if not isinstance(blamed, int) or not 0 <= blamed < self.size:
+            blamed = rank
         error = GangError(
             f"{self.name}: rank {rank} of {self.size} on worker {worker} {what}; "
             "the other ranks were cancelled",
-            worker=worker,
-            rank=rank,
+            worker=self.workers[blamed],
+            rank=blamed,
         )
         error.__cause__ = exc
         return error
