@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -226,6 +227,24 @@ def test_ranks_build_the_model_in_the_drivers_default_dtype(
         torch.set_default_dtype(before)
     assert {p.dtype for p in fitted.model_.parameters()} == {torch.float64}
     assert fitted.history_[-1]["loss"] < fitted.history_[0]["loss"]
+
+
+def wide_model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(D, 2048), torch.nn.Linear(2048, 2048))
+
+
+@pytest.mark.parametrize("sync", ["allreduce", "ssp"])
+def test_a_large_model_is_sent_once_per_worker_not_in_the_task_graph(
+    client: Client, data: tuple[np.ndarray, np.ndarray], sync: str
+) -> None:
+    # 16 MB of weights: inside each rank's task Dask warned "Sending large graph" per rank.
+    X, y = data[0][:40], data[1][:40]  # two steps a rank
+    targets = np.repeat(y.reshape(-1, 1), 2048, axis=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fitted = trainer(client, sync=sync, model_fn=wide_model, epochs=1).fit(X, targets)
+    assert not [w for w in caught if "large graph" in str(w.message)]
+    assert fitted.model_[1].weight.shape == (2048, 2048)
 
 
 def test_dask_arrays_give_the_numpy_result(

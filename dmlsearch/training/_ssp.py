@@ -226,11 +226,13 @@ def run_ssp(
     staleness: int | None,
     tick: Callable[[], Any],
 ) -> list[dict[str, Any]]:
-    """On the driver: the ranks (``args``: each one's ``(job, rank, nthreads, X, y)``) push
-    to and pull from a parameter server (a Dask actor on rank 0's worker)."""
+    """On the driver: the ranks (``args``: each one's ``(job, rank, nthreads, X, y)``, the
+    job as a future already on their workers) push to and pull from a parameter server (a
+    Dask actor on rank 0's worker)."""
     first = gang.workers[0]
+    sent = args[0][0]  # not ``job``: its model state would travel in the task graph
     server = client.submit(
-        ParameterServer, job, actor=True, workers=[first], allow_other_workers=False
+        ParameterServer, sent, actor=True, workers=[first], allow_other_workers=False
     )
     ps: Any = server.result()  # an Actor: its methods return futures
     ranks = [(*a, ps, staleness) for a in args]

@@ -492,8 +492,12 @@ class DataParallelTrainer(BaseEstimator):
             default_dtype=str(torch.get_default_dtype()).removeprefix("torch."),
             shared_memory=config_flag(SHARED_MEMORY_KEY),
         )
+        # Sent once to each rank's worker rather than inside each rank's task: the job holds
+        # the model's state, and a large model in the task graph made Dask warn ("Sending
+        # large graph") once per rank.
+        [sent] = client.scatter([job], workers=list(gang.workers), broadcast=True, hash=False)
         args = [
-            (job, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
+            (sent, r, int(workers.get(wk, {}).get("nthreads", 1)), *shards[r])
             for r, wk in enumerate(gang.workers)
         ]
         try:
