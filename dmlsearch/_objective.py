@@ -145,6 +145,13 @@ def _value(returned: Any, trial: Trial) -> tuple[float | None, str | None]:
     return value, None
 
 
+def _pruned_by(exc: BaseException) -> bool:
+    """Whether ``exc`` is Optuna's ``TrialPruned`` (not imported: optional here)."""
+    return any(
+        c.__name__ == "TrialPruned" and c.__module__.startswith("optuna") for c in type(exc).__mro__
+    )
+
+
 def run_objectives(
     objective: Callable[[dict[str, Any], Trial], Any],
     trial_timeout: float | None,
@@ -179,7 +186,13 @@ def run_objectives(
                 else f"TrialTimeoutError: trial {spec.number} ran past trial_timeout="
                 f"{trial_timeout}s and was stopped"
             )
-        except (Exception, SystemExit, KeyboardInterrupt):
+        except Exception as exc:
+            if not _pruned_by(exc):
+                error = traceback.format_exc()
+            else:  # Optuna's idiom: `if trial.should_stop(): raise optuna.TrialPruned()`
+                trial._stopped = True
+                value = trial.intermediate[max(trial.intermediate)] if trial.intermediate else None
+        except (SystemExit, KeyboardInterrupt):
             # sys.exit or a KeyboardInterrupt of the objective's own (a worker's task thread
             # gets no SIGINT) would end the worker, and its retries others: the trial fails.
             error = traceback.format_exc()

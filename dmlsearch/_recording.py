@@ -28,6 +28,7 @@ import numpy as np
 
 from ._evaluate import TrialOutcome
 from ._search_support import ending
+from ._space_values import same_repr
 from .exceptions import InvalidParameterError
 from .registry import (
     AlreadyExistsError,
@@ -399,6 +400,8 @@ def same_params(stored: dict[str, Any], params: dict[str, Any]) -> bool:
             return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
         if isinstance(a, dict) and isinstance(b, dict):
             return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+        if isinstance(a, str) and isinstance(b, str):
+            return same_repr(a, b)  # a function chosen: its repr's address is per process
         return bool(a == b)
 
     return equal(_loads(_dumps(stored)), _loads(_dumps(params)))

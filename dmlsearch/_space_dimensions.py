@@ -228,6 +228,20 @@ class Categorical(Dimension):
             for choice, form in zip(self.choices, forms, strict=True):
                 if _same_stored(form, stored, strict=strict):
                     return choice
+        # Then a repr recorded by another process (a function's holds its address there).
+        found = [
+            choice
+            for choice, form in zip(self.choices, forms, strict=True)
+            if _same_stored(form, stored, strict=False, addresses=False)
+        ]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise ValueError(
+                f"{stored!r} matches {len(found)} of the choices {list(self.choices)!r} "
+                "(objects whose reprs differ only by memory address: give them distinct "
+                "names or reprs)"
+            )
         raise ValueError(f"{stored!r} is not one of the choices {list(self.choices)!r}")
 
 

@@ -90,14 +90,20 @@ def describe_value(value: Any) -> Any:
     return _ADDRESS.sub("", repr(value))
 
 
-def _same_stored(a: Any, b: Any, *, strict: bool) -> bool:
-    """Equality of two stored (JSON) values; ``strict`` also requires equal types."""
+def _same_stored(a: Any, b: Any, *, strict: bool, addresses: bool = True) -> bool:
+    """Equality of two stored (JSON) values; ``strict`` also requires equal types;
+    ``addresses=False`` ignores the memory addresses in reprs (see :func:`same_repr`)."""
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(
-            _same_stored(x, y, strict=strict) for x, y in zip(a, b, strict=True)
+            _same_stored(x, y, strict=strict, addresses=addresses)
+            for x, y in zip(a, b, strict=True)
         )
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_stored(a[k], b[k], strict=strict) for k in a)
+        return a.keys() == b.keys() and all(
+            _same_stored(a[k], b[k], strict=strict, addresses=addresses) for k in a
+        )
+    if not addresses and isinstance(a, str) and isinstance(b, str):
+        return same_repr(a, b)
     if strict and type(a) is not type(b):
         return False
     if isinstance(a, bool) != isinstance(b, bool):
@@ -105,6 +111,13 @@ def _same_stored(a: Any, b: Any, *, strict: bool) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return bool(a == b)
+
+
+def same_repr(a: str, b: str) -> bool:
+    """Whether two stored reprs are equal but for memory addresses: the registry keeps a
+    function or other object chosen in a space as its repr, and ``<function f at 0x..>``
+    differs in each process, so a resumed search (a new process) compares them so."""
+    return a == b or _ADDRESS.sub("", a) == _ADDRESS.sub("", b)
 
 
 def _is_real(value: Any) -> bool:

@@ -671,3 +671,35 @@ def test_arguments_the_run_would_ignore_are_refused(kwargs: dict[str, Any], para
     args.update(kwargs)
     with pytest.raises(InvalidParameterError, match=param):
         optimize(quadratic, args.pop("space"), **args)
+
+
+def _optuna_style(params: dict[str, Any], trial: Trial) -> float:
+    import optuna
+
+    for step in range(1, 7):
+        trial.report(params["q"], step)
+        if trial.should_stop():
+            raise optuna.TrialPruned()  # Optuna's idiom
+        time.sleep(0.1)
+    return float(params["q"])
+
+
+@pytest.mark.cluster
+def test_a_trial_is_stopped_at_the_report_the_pruner_judges_and_may_raise_trial_pruned(
+    client: Any,
+) -> None:
+    # A probe: reports were read at the driver's next poll (0.2 s), so a trial of 0.1 s
+    # steps ran 2-3 steps past the rung that stopped it, and one raising Optuna's
+    # TrialPruned was recorded failed. Optuna stops both at step 1.
+    result = optimize(
+        _optuna_style, {"q": Categorical([0.9, 0.5, 0.1])}, n_trials=3, strategy="grid",
+        scheduler="asha", min_resource=1, reduction_factor=2, max_concurrent_trials=1,
+        client=client, random_state=0,
+    )  # fmt: skip
+    by_q = {t.params["q"]: t for t in result.trials}
+    assert by_q[0.9].state == "complete" and max(by_q[0.9].intermediate) == 6
+    for q in (0.5, 0.1):
+        assert by_q[q].state == PRUNED and by_q[q].error is None
+        assert by_q[q].value == q
+        assert max(by_q[q].intermediate) <= 2, by_q[q].intermediate  # judged at step 1
+    assert result.n_pruned == 2

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -181,6 +183,43 @@ def test_decode_refuses_values_outside_the_space(stored, match):
     space = as_space({"C": Float(1e-3, 1e2), "k": Int(2, 10, step=2), "c": ["a", "b"]})
     with pytest.raises(ValueError, match=match):
         space.decode(stored, _json)
+
+
+def _relu(v):
+    return max(v, 0.0)
+
+
+def _tanh(v):
+    return np.tanh(v)
+
+
+def _other_process(stored):
+    """``stored`` as another process recorded it: its functions at other addresses."""
+    return {k: re.sub(r" at 0x[0-9a-f]+", " at 0x7f00deadbeef", v) for k, v in stored.items()}
+
+
+def test_decode_and_regeneration_take_a_function_recorded_by_another_process():
+    from dmlsearch._recording import same_params
+
+    space = as_space({"act": [_relu, _tanh]})
+    stored = _other_process(_json({"act": _tanh}))
+    assert stored["act"] != _json({"act": _tanh})["act"]
+    assert space.decode(stored, _json) == {"act": _tanh}
+    assert same_params(stored, {"act": _tanh}) and not same_params(stored, {"act": _relu})
+
+
+def test_decode_refuses_a_repr_that_several_choices_share_but_for_addresses():
+    def make():
+        def act(v):
+            return v
+
+        return act
+
+    first, second = make(), make()
+    space = as_space({"act": [first, second]})
+    assert space.decode(_json({"act": second}), _json) == {"act": second}  # this process
+    with pytest.raises(ValueError, match="matches 2 of the choices"):
+        space.decode(_other_process(_json({"act": second})), _json)
 
 
 def test_decode_picks_the_subspace_that_holds_the_values():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 import uuid
 from collections import deque
@@ -129,7 +130,9 @@ class WorkLoop(Generic[P, R]):
         self._slots = Slots(client, name, no_workers_timeout)
         self._data = SharedData(client, name, no_workers_timeout)
         self._inflight: dict[Future, _Task[P]] = {}
-        self._finished: queue.Queue[Future] = queue.Queue()
+        # Finished futures, and None when a worker's report arrived (see _wake).
+        self._finished: queue.Queue[Future | None] = queue.Queue()
+        self._woken = threading.Event()
         # Task key -> (True, results) or (False, the error fetching them); see _fetch.
         self._fetched: dict[Hashable, tuple[bool, Any]] = {}
         self._retry: deque[Unit[P]] = deque()
@@ -421,6 +424,8 @@ class WorkLoop(Generic[P, R]):
     def _read_reports(self) -> None:
         if self._reports is None:
             return
+        # Before the drain: a report queued after it wakes the next wait (none is lost).
+        self._woken.clear()
         messages = self._reports.drain()
         if not messages:
             return
@@ -541,14 +546,22 @@ class WorkLoop(Generic[P, R]):
 
     # -- the loop --------------------------------------------------------------------------
     def _wait_for_results(self) -> list[Future]:
-        done: list[Future] = []
+        got: list[Future | None] = []
         try:
-            done.append(self._finished.get(timeout=self.poll_interval))
+            got.append(self._finished.get(timeout=self.poll_interval))
             while True:
-                done.append(self._finished.get_nowait())
+                got.append(self._finished.get_nowait())
         except queue.Empty:
             pass
-        return done
+        return [f for f in got if f is not None]
+
+    def _wake(self) -> None:
+        """A worker's report arrived (on the client's event loop): end the loop's wait, so
+        that a pruner judges it now rather than at the next poll (0.2 s later, when a
+        trial of 5 ms steps has run 40 more). One wake at a time, however many reports."""
+        if not self._woken.is_set():
+            self._woken.set()
+            self._finished.put(None)
 
     def run(self) -> RunStats:
         """Run every unit the source proposes; returns the run's counters.
@@ -562,7 +575,7 @@ class WorkLoop(Generic[P, R]):
         self._data.objects = tuple(self.kind.shared())
         self._slots.refresh(force=True)
         if self.policy.report_starts:
-            self._reports = ReportStream(self.client, f"dmlsearch-{self.run_id}")
+            self._reports = ReportStream(self.client, f"dmlsearch-{self.run_id}", self._wake)
             self._reports.subscribe()
         self.progress.start(self.source.total, self.name, self.source.done_before)
         try:

@@ -13,7 +13,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from ..exceptions import TrialTimeoutError
@@ -81,9 +81,12 @@ class ReportStream:
     message in a thread-safe queue; :meth:`drain` empties it from the runner's thread.
     """
 
-    def __init__(self, client: Any, topic: str) -> None:
+    def __init__(
+        self, client: Any, topic: str, on_message: Callable[[], None] | None = None
+    ) -> None:
         self.client = client
         self.topic = topic
+        self._on_message = on_message  # called after each message is queued
         self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._subscribed = False
 
@@ -105,6 +108,8 @@ class ReportStream:
             return
         if isinstance(msg, dict):
             self._queue.put(msg)
+            if self._on_message is not None:
+                self._on_message()
 
     def drain(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
