@@ -59,6 +59,9 @@ _RESUME_FIXED = {
     "estimator_spec": "estimator",
     "search_space_spec": "search_space",
     "schedule": "scheduler",  # a multi-fidelity search's (dmlsearch._schedule_plan)
+    # Trials recorded by one strategy are not what another would propose: grid and random
+    # ones no longer regenerate, and the record would name a strategy that ran no longer.
+    "strategy": "strategy",
     # Recorded scores of other folds or another metric would rank beside the new ones.
     "n_splits": "cv",
     "scoring_spec": "scoring",
@@ -264,7 +267,14 @@ def recorded_params(
     # Grid and random trials are pure functions of (seed, number): regenerate
     # their exact parameters, and refuse a space that gives them others.
     params = strategy.ask(record.number)
-    if params is not None and not same_params(record.params, params):
+    if params is None:
+        # Beyond this run's n_trials (a resume asking for fewer): kept as recorded, so the
+        # result holds every trial the experiment does, as a model-based resume's does.
+        try:
+            return dict(space.decode(record.params, _stored_form))
+        except ValueError:
+            return None
+    if not same_params(record.params, params):
         raise refuse(
             f"experiment {name!r} recorded trial {record.number} with "
             f"{record.params}, but this search gives it {params}: resume with the "

@@ -15,6 +15,7 @@ import math
 import numbers
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,15 @@ class Trial:
             raise InvalidParameterError(
                 "value", f"trial.report needs a number, got {value!r}"
             ) from None
+        if step in self.intermediate:
+            # Optuna's rule: a pruner must not see a step's value change after it judged it.
+            warnings.warn(
+                f"trial.report: step {step} of trial {self.number} was already reported "
+                f"(value {self.intermediate[step]!r}); the value {number!r} is ignored",
+                UserWarning,
+                stacklevel=2,
+            )
+            return
         self.intermediate[step] = number
         report_progress(self.number, step=step, value=number)
 

@@ -12,6 +12,7 @@ stream; a pruner (:mod:`dmlsearch._pruners`: ``"median"``, ``"asha"``, ``"halvin
 
 from __future__ import annotations
 
+import inspect
 import logging
 import numbers
 import uuid
@@ -22,7 +23,7 @@ from typing import Any
 import dask
 
 from ._dask_config import config_flag
-from ._experiment import open_experiment
+from ._experiment import open_experiment, warn_recorded_beyond
 from ._objective import PRUNED, ObjectiveKind, ObjectiveOutcome, ObjectiveSpec, Trial
 from ._objective_source import ObjectiveSource, as_trial_outcome, record_curve
 from ._pruners import PRUNERS, Pruner, make_pruner
@@ -103,12 +104,36 @@ class OptimizeResult:
         return pd.DataFrame(rows)
 
 
+def _check_takes_params_and_trial(objective: Any) -> None:
+    """Refuse an objective that cannot be called as ``objective(params, trial)``: each of
+    its trials would fail on the workers with the same TypeError."""
+    try:
+        signature = inspect.signature(objective)
+    except (TypeError, ValueError):  # a builtin or extension type: it will tell at the call
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        hint = (
+            "; an Optuna objective takes the trial alone: here the parameters come first, "
+            "as a dict, and the trial second (for trial.report and trial.should_stop)"
+            if len(signature.parameters) == 1
+            else ""
+        )
+        raise InvalidParameterError(
+            "objective",
+            f"must accept two positional arguments, objective(params, trial), but "
+            f"{objective_qualname(objective)}{signature} cannot be called so{hint}",
+        ) from None
+
+
 def check_objective_args(objective: Any, n_trials: Any, direction: Any) -> float:
     """Refuse bad arguments before any work; the sign that makes greater better."""
     if not callable(objective):
         raise InvalidParameterError(
             "objective", f"must be a callable objective(params, trial), got {objective!r}"
         )
+    _check_takes_params_and_trial(objective)
     if not _is_int(n_trials) or n_trials < 1:
         raise InvalidParameterError("n_trials", f"must be an integer >= 1, got {n_trials!r}")
     if direction not in ("maximize", "minimize"):
@@ -183,6 +208,7 @@ def check_run_args(
     registry: Any,
     experiment_name: Any,
     max_concurrent_trials: Any = None,
+    progress: Any = None,
 ) -> None:
     """Refuse bad run settings before any work."""
     m = max_concurrent_trials
@@ -193,8 +219,12 @@ def check_run_args(
     for label, value in (("dashboard", dashboard), ("resume", resume)):
         if not isinstance(value, bool):
             raise InvalidParameterError(label, f"must be True or False, got {value!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise InvalidParameterError("progress", f"must be True, False or None, got {progress!r}")
     if trial_timeout is not None and not (
-        isinstance(trial_timeout, int | float) and trial_timeout > 0
+        isinstance(trial_timeout, numbers.Real)
+        and not isinstance(trial_timeout, bool)
+        and float(trial_timeout) > 0
     ):
         raise InvalidParameterError("trial_timeout", f"must be > 0 or None, got {trial_timeout!r}")
     if not _is_int(max_retries) or max_retries < 0:
@@ -294,7 +324,7 @@ def optimize(
     )
     check_run_args(
         dashboard, trial_timeout, max_retries, resume, registry, experiment_name,
-        max_concurrent_trials,
+        max_concurrent_trials, progress,
     )  # fmt: skip
     n_trials, max_retries = int(n_trials), int(max_retries)
     if max_concurrent_trials is not None:
@@ -353,6 +383,8 @@ def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
         if prior is not None and prior.seed != seed:
             seed = prior.seed  # the earlier run's trials derive from its seed
             strategy = make_strategy(setup.strategy, setup.space, setup.n_trials, seed)
+        if prior is not None:
+            warn_recorded_beyond(name, prior, setup.n_trials, setup.n_trials)
         restored = restore_trials(
             records, strategy, setup.space, setup.sign, recorder, previous_status
         )

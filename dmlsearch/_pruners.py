@@ -266,14 +266,14 @@ def make_pruner(
     n_trials: int | None = None,
 ) -> Pruner | None:
     """The pruner named by ``scheduler`` (None: no pruning); bad values raise first."""
-    for name, value, low in (
-        ("min_resource", min_resource, 1),
-        ("reduction_factor", reduction_factor, 2),
-        ("warmup_steps", warmup_steps, 0),
-        ("min_trials", min_trials, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidParameterError(name, f"must be an integer >= {low}, got {value!r}")
+    # One rule for every count, as SearchCV's: NumPy integers and whole floats are taken
+    # (as ints: the rungs and the recorded schedule hold ints), bools and fractions not.
+    min_resource = check_int("min_resource", min_resource, 1)
+    reduction_factor = check_int("reduction_factor", reduction_factor, 2)
+    warmup_steps = check_int("warmup_steps", warmup_steps, 0)
+    min_trials = check_int("min_trials", min_trials, 1)
+    if max_resource is not None:
+        max_resource = check_int("max_resource", max_resource, 1)
     if max_resource is not None and scheduler not in ("asha", "halving", "hyperband"):
         raise InvalidParameterError(
             "max_resource",

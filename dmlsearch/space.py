@@ -216,7 +216,9 @@ def as_space(obj: Any) -> SearchSpace:
         for key, value in item.items():
             if not isinstance(key, str) or not key:
                 raise SearchSpaceError(
-                    f"search_space[{i}]", f"parameter names must be non-empty strings, got {key!r}"
+                    _where(i, key, len(items)),
+                    f"parameter names must be non-empty strings, got {key!r} "
+                    f"({type(key).__name__})",
                 )
             sub[key] = _as_dimension(_where(i, key, len(items)), value)
         subspaces.append(sub)

@@ -252,6 +252,12 @@ NOT_A_CLUSTER = "tcp://127.0.0.1:1"  # reaching it would fail otherwise: nothing
         ({"random_state": -3}, "random_state"),
         ({"max_concurrent_trials": 0}, "max_concurrent_trials"),
         ({"max_concurrent_trials": 1.5}, "max_concurrent_trials"),
+        # From a probe: each of these ran, or failed every trial on the workers.
+        ({"objective": lambda trial: 0.0}, "Optuna objective takes the trial alone"),
+        ({"objective": lambda params, trial, extra: 0.0}, "objective"),
+        ({"trial_timeout": True}, "trial_timeout"),
+        ({"progress": "yes"}, "progress"),
+        ({"scheduler": "asha", "min_resource": 1.5}, "min_resource"),
     ],
 )
 def test_bad_input_raises_before_any_work(kwargs: dict[str, Any], param: str) -> None:
@@ -262,6 +268,14 @@ def test_bad_input_raises_before_any_work(kwargs: dict[str, Any], param: str) ->
         optimize(objective, {"x": Float(-5, 5)}, **args)
     if kwargs.get("scheduler") == "medain":
         assert "did you mean 'median'?" in str(info.value)
+
+
+def test_counts_take_numpy_integers_and_keep_ints() -> None:
+    # A probe: min_resource=np.int64(2) was refused while n_trials=np.int64(2) was taken,
+    # and max_resource=9.0 put float rungs in the recorded schedule.
+    pruner = make_pruner("asha", np.int64(2), np.int64(3), 0, 5, max_resource=18.0)
+    assert isinstance(pruner, AshaPruner)
+    assert repr(pruner) == repr(make_pruner("asha", 2, 3, 0, 5, max_resource=18))
 
 
 # ------------------------------------------------------------------- on the cluster
@@ -703,3 +717,34 @@ def test_a_trial_is_stopped_at_the_report_the_pruner_judges_and_may_raise_trial_
         assert by_q[q].value == q
         assert max(by_q[q].intermediate) <= 2, by_q[q].intermediate  # judged at step 1
     assert result.n_pruned == 2
+
+
+@pytest.mark.cluster
+def test_a_resume_keeps_every_recorded_trial_and_refuses_another_strategy(
+    client: Any, tmp_path: Any
+) -> None:
+    # A probe: a resume asking for fewer trials returned the first n_trials only (another
+    # best than the registry's), silently; one with another strategy ran, and then the
+    # recorded strategy could resume it no longer.
+    common: dict[str, Any] = {
+        "client": client, "registry": f"sqlite:///{tmp_path / 'r.db'}", "random_state": 0,
+        "experiment_name": "fewer", "dashboard": False, "strategy": "random",
+    }  # fmt: skip
+    space = {"x": Float(-5.0, 5.0)}
+    first = optimize(quadratic, space, n_trials=6, **common)
+    with pytest.warns(UserWarning, match=r"already records 6 trials, more than the 2 .*no new"):
+        resumed = optimize(quadratic, space, n_trials=2, resume=True, **common)
+    assert [t.params for t in resumed.trials] == [t.params for t in first.trials]
+    assert resumed.n_restored == 6 and resumed.best_value == first.best_value
+    with pytest.raises(InvalidParameterError, match=r"strategy changed .*'random' -> 'tpe'"):
+        optimize(quadratic, space, n_trials=8, resume=True, **{**common, "strategy": "tpe"})
+    assert len(optimize(quadratic, space, n_trials=8, resume=True, **common).trials) == 8
+
+
+def test_a_step_reported_twice_keeps_its_first_value_and_warns() -> None:
+    # Optuna's rule: a pruner must not see a step's value change after judging it.
+    trial = Trial(0, {"x": 1.0})
+    trial.report(1.0, 1)
+    with pytest.warns(UserWarning, match="step 1 of trial 0 was already reported"):
+        trial.report(2.0, 1)
+    assert trial.intermediate == {1: 1.0}

@@ -46,7 +46,7 @@ def test_bad_dimensions_name_the_parameter(factory, param):
         ([], "search_space"),
         ("C", "search_space"),
         ([{"C": [1]}, 3], "search_space[1]"),
-        ({1: [1, 2]}, "search_space[0]"),
+        ({1: [1, 2]}, "search_space[1]"),  # the key, not an index
     ],
 )
 def test_bad_spaces_name_the_entry(space, where):
@@ -250,3 +250,11 @@ def test_int_grid_is_lazy():
     space = as_space({"n": Int(0, 10**15)})
     assert space.grid_size() == 10**15 + 1
     assert space.grid_point(10**15) == {"n": 10**15}
+
+
+def test_a_parameter_name_that_is_not_a_string_is_named_by_its_key():
+    # A probe: "search_space[0]" read as the first entry, not the key 1.
+    with pytest.raises(SearchSpaceError, match=r"search_space\[1\]: .*got 1 \(int\)"):
+        as_space({"a": [1], 1: [1, 2]})
+    with pytest.raises(SearchSpaceError, match=r"search_space\[1\]\[''\]"):
+        as_space([{"a": [1]}, {"": [1]}])

@@ -289,3 +289,21 @@ def test_model_based_strategies_take_any_non_negative_seed(name, seed):
         s.tell(i, p["x"])
     assert 0 <= sampler_seed(seed) < 2**32
     assert sampler_seed(seed) == sampler_seed(seed) != sampler_seed(seed + 1)
+
+
+@pytest.mark.parametrize("name", ["tpe", "cmaes"])
+def test_an_int_whose_step_does_not_divide_its_range_is_sampled_without_optuna_s_warning(
+    name: str,
+) -> None:
+    import warnings
+
+    s = make_strategy(name, as_space({"k": Int(0, 100, step=3)}), 12, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a probe: Optuna warned on every trial
+        values = set()
+        for i in range(12):
+            p = s.ask(i)
+            assert p is not None
+            values.add(p["k"])
+            s.tell(i, -float(p["k"]))
+    assert values <= set(range(0, 100, 3)) and len(values) > 1

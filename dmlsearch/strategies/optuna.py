@@ -150,7 +150,7 @@ class _Param:
         if isinstance(dim, Float):
             return FloatDistribution(float(dim.low), float(dim.high), log=dim.log)
         if isinstance(dim, Int):
-            return IntDistribution(int(dim.low), int(dim.high), log=dim.log, step=int(dim.step))
+            return IntDistribution(*_int_bounds(dim), log=dim.log, step=int(dim.step))
         assert self.encoded is not None
         return CategoricalDistribution(self.encoded)
 
@@ -173,12 +173,18 @@ class _Param:
         if isinstance(dim, Float):
             return trial.suggest_float(self.name, float(dim.low), float(dim.high), log=dim.log)
         if isinstance(dim, Int):
-            return trial.suggest_int(
-                self.name, int(dim.low), int(dim.high), step=int(dim.step), log=dim.log
-            )
+            low, high = _int_bounds(dim)
+            return trial.suggest_int(self.name, low, high, step=int(dim.step), log=dim.log)
         assert self.encoded is not None
         value = trial.suggest_categorical(self.name, self.encoded)
         return self._choices[self.encoded.index(value)]
+
+
+def _int_bounds(dim: Int) -> tuple[int, int]:
+    """``dim``'s low and its grid's last point: Optuna warns (in the user's output) of a
+    range its step does not divide, and rounds ``high`` down to that same point."""
+    low, step = int(dim.low), int(dim.step)
+    return low, low + (int(dim.high) - low) // step * step
 
 
 def to_optuna_distributions(space: SearchSpace) -> list[list[_Param]]:
