@@ -110,6 +110,9 @@ class SharedData:
     def release(self) -> None:
         if self.futures:
             self.client.cancel(self.futures)
+        # The run's data goes with the run: a loop kept alive after it (by the traceback of
+        # an error it raised) must not keep the user's X and y.
+        self.futures, self.objects = [], ()
 
     def _held(self) -> bool:
         try:

@@ -415,7 +415,12 @@ class WorkLoop(Generic[P, R]):
             if isinstance(error, KilledWorker):
                 self._lost(task, f"KilledWorker: {error}", killed=True, probe=probe)
             else:
-                fut.result()  # re-raises with the worker's traceback
+                # Raised as the client holds it, with the worker's traceback; released
+                # first: raising it adds this loop's frames to its traceback, and the
+                # client's record of the future (kept while a frame holds the future)
+                # then kept the loop, and the search's data with it, for good.
+                fut.release()
+                raise error
         else:  # cancelled: the worker or the data it needed is gone
             self._lost(task, "the task was cancelled (worker or scattered data lost)", probe=probe)
         fut.release()

@@ -13,6 +13,7 @@ import json
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -74,11 +75,41 @@ def wire_id(unit_id: Any) -> str:
     return json.dumps(unit_id, sort_keys=True, default=str)
 
 
+class _Inbox:
+    """The handler a run gives the client for its topic: the messages' queue, and a weak
+    reference to the run's callback. distributed's ``unsubscribe_topic`` (2026.8) leaves
+    the handler in the client for good, so it must not hold the run (a search's loop, and
+    its data, stayed in the driver's memory after every fit)."""
+
+    def __init__(self, on_message: Callable[[], None] | None) -> None:
+        self.queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.closed = False
+        self._callback: Callable[[], Callable[[], None] | None] | None = None
+        if on_message is not None:
+            if hasattr(on_message, "__self__"):
+                self._callback = weakref.WeakMethod(on_message)
+            else:
+                self._callback = lambda: on_message
+
+    def __call__(self, event: Any) -> None:
+        try:
+            _, msg = event
+        except (TypeError, ValueError):
+            return
+        if self.closed or not isinstance(msg, dict):
+            return
+        self.queue.put(msg)
+        callback = None if self._callback is None else self._callback()
+        if callback is not None:
+            callback()
+
+
 class ReportStream:
     """On the driver: the reports of one run, read without blocking from the loop.
 
     ``subscribe`` registers a handler on the client's event loop that only puts each
-    message in a thread-safe queue; :meth:`drain` empties it from the runner's thread.
+    message in a thread-safe queue (and calls ``on_message``); :meth:`drain` empties it
+    from the runner's thread.
     """
 
     def __init__(
@@ -86,8 +117,7 @@ class ReportStream:
     ) -> None:
         self.client = client
         self.topic = topic
-        self._on_message = on_message  # called after each message is queued
-        self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._inbox = _Inbox(on_message)
         self._subscribed = False
 
     @property
@@ -96,32 +126,28 @@ class ReportStream:
 
     def subscribe(self) -> None:
         try:
-            self.client.subscribe_topic(self.topic, self._on_event)
+            self.client.subscribe_topic(self.topic, self._inbox)
             self._subscribed = True
         except Exception as exc:  # a client without topics: timeouts fall back to submit time
             logger.warning("dmlsearch: cannot subscribe to worker reports: %s", exc)
-
-    def _on_event(self, event: Any) -> None:
-        try:
-            _, msg = event
-        except (TypeError, ValueError):
-            return
-        if isinstance(msg, dict):
-            self._queue.put(msg)
-            if self._on_message is not None:
-                self._on_message()
 
     def drain(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         while True:
             try:
-                out.append(self._queue.get_nowait())
+                out.append(self._inbox.queue.get_nowait())
             except queue.Empty:
                 return out
 
     def close(self) -> None:
+        self._inbox.closed = True
+        self.drain()
         if self._subscribed:
             # The client may be closing: then there is nothing to undo.
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(self.topic)
+            # ... which leaves the handler in the client (see _Inbox): drop it.
+            handlers = getattr(self.client, "_event_handlers", None)
+            if isinstance(handlers, dict) and handlers.get(self.topic) is self._inbox:
+                handlers.pop(self.topic, None)
             self._subscribed = False
