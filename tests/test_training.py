@@ -593,3 +593,40 @@ def test_elastic_fit_resumes_from_the_last_checkpoint(
             assert t.n_workers_ in (1, 2)
     finally:
         cluster.close()
+
+
+def _busy(dask_worker: Any) -> int:
+    return len(dask_worker.state.executing)
+
+
+@pytest.mark.parametrize("sync", ["allreduce", "ssp"])
+def test_an_interrupted_fit_stops_its_ranks_and_frees_the_workers(
+    data: tuple[np.ndarray, np.ndarray], sync: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A probe: Dask cannot stop a running task, so the ranks of a fit interrupted by
+    # Ctrl-C trained on to their last epoch (the next fit failed after start_timeout);
+    # with "ssp" they waited for ever on the dropped parameter server.
+    from dmlsearch.training import _watch
+
+    started = time.monotonic()
+
+    def poll(self: Any) -> None:
+        if time.monotonic() - started > 2.0:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the driver's loop
+
+    cluster = local_cluster(2)
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            with monkeypatch.context() as patch:
+                patch.setattr(_watch.JobWatch, "poll", poll)
+                with pytest.raises(KeyboardInterrupt):
+                    trainer(client, epochs=100_000, sync=sync, timeout=120).fit(*data)
+            interrupted = time.monotonic()
+            while any(client.run(_busy).values()) and time.monotonic() - interrupted < 60:
+                time.sleep(0.1)
+            assert not any(client.run(_busy).values())
+            assert time.monotonic() - interrupted < 15  # the ranks look once a second
+            fitted = trainer(client, sync=sync).fit(*data)  # the workers are free again
+            assert len(fitted.history_) == 2
+    finally:
+        cluster.close()

@@ -171,7 +171,7 @@ class Gang:
         """
         if len(per_rank_args) != self.size:
             raise ValueError(f"{self.size} ranks need {self.size} argument tuples")
-        self._wait_for_threads(start_timeout)
+        self.wait_for_threads(start_timeout)
         # A fresh id per run: a key reused from a cancelled run would come back cancelled.
         prefix = f"{self.name}-{uuid.uuid4().hex[:12]}"
         futures = [
@@ -191,7 +191,7 @@ class Gang:
         finally:
             self.client.cancel([f for f in futures if f.status != "finished"])
 
-    def _wait_for_threads(self, timeout: float | None) -> None:
+    def wait_for_threads(self, timeout: float | None = 120.0) -> None:
         """Return once every worker has a thread free; GangError after ``timeout`` s."""
         ends = None if timeout is None else time.monotonic() + timeout
         told = False

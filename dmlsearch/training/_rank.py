@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ._checkpoint import state_bytes, state_from_bytes
 from ._shm import capacity_for, open_collectives
+from ._stop import StopSignal
 from ._sync import make_sync, settle
 
 __all__ = [
@@ -66,6 +67,8 @@ class JobSpec:
     default_dtype: str = "float32"
     # Ranks on one host may exchange through shared memory (Dask config, on the driver).
     shared_memory: bool = True
+    # The distributed.Event the driver raises to stop the ranks (see _stop).
+    stop_event: str | None = None
 
     def device(self, rank: int) -> torch.device:
         """Rank ``rank``'s device (made current on its thread when it is a GPU)."""
@@ -160,7 +163,15 @@ def seed_epoch(seed: int, rank: int, epoch: int) -> None:
 
 
 def _epoch(
-    job: JobSpec, rank: int, epoch: int, net: Any, sync: Any, opt: Any, X: Any, y: Any
+    job: JobSpec,
+    rank: int,
+    epoch: int,
+    net: Any,
+    sync: Any,
+    opt: Any,
+    X: Any,
+    y: Any,
+    stop: StopSignal,
 ) -> dict[str, Any]:
     device = job.device(rank)
     order = None
@@ -172,6 +183,7 @@ def _epoch(
     # Summed where the loss is: reading it every step would wait for a GPU every step.
     total = torch.zeros((), dtype=torch.float64, device=device)
     for t, rows in enumerate(rank_batches(len(X), job.steps, job.batch_size, order)):
+        stop.check()
         opt.zero_grad()
         # The shard stays in host memory; each batch goes to the device as it is used.
         xb = X[rows].to(device, non_blocking=True)
@@ -272,8 +284,9 @@ def _epochs(
     Xt, yt = _tensor(X, job.dtypes[0]), _tensor(y, job.dtypes[1])
     history = []
     report = EpochReporter(job)
+    stop = StopSignal(job.stop_event)
     for epoch in range(job.start_epoch, job.epochs):
-        history.append(_epoch(job, rank, epoch, model, sync, opt, Xt, yt))
+        history.append(_epoch(job, rank, epoch, model, sync, opt, Xt, yt, stop))
         if rank == 0:
             report(history)
         every = job.checkpoint_every

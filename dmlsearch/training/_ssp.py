@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from distributed import Client
 
+from ..exceptions import GangError
 from ..runner.gang import Gang
 from ._checkpoint import CheckpointInbox, state_bytes, state_from_bytes
 from ._rank import (
@@ -36,6 +37,7 @@ from ._rank import (
     rank_batches,
     seed_epoch,
 )
+from ._stop import StopSignal
 
 __all__ = ["ParameterServer", "mean_buffers", "run_ssp", "server_state", "train_ssp_rank"]
 
@@ -123,7 +125,27 @@ def server_state(ps: Any, epoch: int, buffers: dict[str, np.ndarray] | None = No
     return data
 
 
-def _wait(ps: Any, clock: int, low: int, staleness: int | None, timeout: float) -> tuple[int, bool]:
+def _answer(call: Any, timeout: float, what: str, stop: StopSignal) -> Any:
+    """The parameter server's answer to ``call``; GangError once the driver stops the job
+    or after ``timeout`` seconds. A server the driver dropped (it was interrupted, or
+    another rank failed) never answers (its worker logs a KeyError): a rank waiting without
+    a limit held its worker for good."""
+    ends = time.monotonic() + timeout
+    while True:
+        try:
+            return call.result(timeout=max(0.01, min(stop.every, ends - time.monotonic())))
+        except TimeoutError:
+            stop.check()
+            if time.monotonic() >= ends:
+                raise GangError(
+                    f"the parameter server did not answer {what} within timeout={timeout:g} "
+                    "s (the job was stopped, or the server's worker is gone)"
+                ) from None
+
+
+def _wait(
+    ps: Any, clock: int, low: int, staleness: int | None, timeout: float, stop: StopSignal
+) -> tuple[int, bool]:
     """Wait while ``clock`` is more than ``staleness`` steps ahead of the slowest rank.
 
     Returns the slowest clock seen and whether this rank waited (its weights are then
@@ -140,7 +162,8 @@ def _wait(ps: Any, clock: int, low: int, staleness: int | None, timeout: float) 
                 f"{clock}, staleness={staleness})"
             )
         time.sleep(0.002)
-        low = ps.min_clock().result()
+        stop.check()
+        low = _answer(ps.min_clock(), timeout, "the slowest clock", stop)
     return low, True
 
 
@@ -165,7 +188,8 @@ def train_ssp_rank(
     Xt, yt = _tensor(X, job.dtypes[0]), _tensor(y, job.dtypes[1])
     history: list[dict[str, Any]] = []
     clock = 0
-    weights, low = ps.pull().result()
+    stop = StopSignal(job.stop_event)
+    weights, low = _answer(ps.pull(), job.timeout, "a pull", stop)
     report = EpochReporter(job)
     for epoch in range(job.start_epoch, job.epochs):
         order = None
@@ -174,10 +198,11 @@ def train_ssp_rank(
         seed_epoch(job.seed, rank, epoch)
         started, waited, total = time.perf_counter(), 0.0, 0.0
         for rows in rank_batches(len(X), job.steps, job.batch_size, order):
+            stop.check()
             sync_started = time.perf_counter()
-            low, stale = _wait(ps, clock, low, staleness, job.timeout)
+            low, stale = _wait(ps, clock, low, staleness, job.timeout, stop)
             if stale:  # the others moved on while this rank waited
-                weights, low = ps.pull().result()
+                weights, low = _answer(ps.pull(), job.timeout, "a pull", stop)
             _load(params, weights)
             waited += time.perf_counter() - sync_started
             model.zero_grad()
@@ -187,7 +212,7 @@ def train_ssp_rank(
             pushed = time.perf_counter()
             # The weights for the next step come back with the push: one round trip.
             grads = [None if p.grad is None else _host(p.grad) for p in params]
-            weights, low = ps.push_pull(rank, grads).result()
+            weights, low = _answer(ps.push_pull(rank, grads), job.timeout, "a push", stop)
             waited += time.perf_counter() - pushed
             clock += 1
             total += float(loss.detach())
@@ -200,14 +225,17 @@ def train_ssp_rank(
                 "samples_per_s": job.steps * job.batch_size * job.world_size / seconds,
                 "sync_s": waited,
                 "sync_rounds": job.steps,
-                "max_lag": int(ps.lag().result()),
+                "max_lag": int(_answer(ps.lag(), job.timeout, "its lag", stop)),
             }
         )
         if rank == 0:
             report(history)
         every = job.checkpoint_every
         if rank == 0 and job.checkpoint_var and every and (epoch + 1) % every == 0:
-            publish(job, epoch + 1, ps.checkpoint(epoch + 1, _buffers(model)).result(), history)
+            state = _answer(
+                ps.checkpoint(epoch + 1, _buffers(model)), job.timeout, "a checkpoint", stop
+            )
+            publish(job, epoch + 1, state, history)
     return {
         "rank": rank,
         "history": history,
@@ -231,6 +259,9 @@ def run_ssp(
     Dask actor on rank 0's worker)."""
     first = gang.workers[0]
     sent = args[0][0]  # not ``job``: its model state would travel in the task graph
+    # The server's task needs a thread of rank 0's worker: one still held by the ranks of
+    # an earlier job would make it wait without a limit.
+    gang.wait_for_threads()
     server = client.submit(
         ParameterServer, sent, actor=True, workers=[first], allow_other_workers=False
     )

@@ -65,6 +65,7 @@ from ._record import JobRecord, job_lineage, job_metrics
 from ._resume import open_job
 from ._shm import CONFIG_KEY as SHARED_MEMORY_KEY
 from ._ssp import run_ssp
+from ._stop import new_stop_event, stop_ranks
 from ._watch import JobWatch
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
@@ -491,6 +492,7 @@ class DataParallelTrainer(BaseEstimator):
             dtypes=self._dtypes,
             default_dtype=str(torch.get_default_dtype()).removeprefix("torch."),
             shared_memory=config_flag(SHARED_MEMORY_KEY),
+            stop_event=new_stop_event(),
         )
         # Sent once to each rank's worker rather than inside each rank's task: the job holds
         # the model's state, and a large model in the task graph made Dask warn ("Sending
@@ -501,9 +503,15 @@ class DataParallelTrainer(BaseEstimator):
             for r, wk in enumerate(gang.workers)
         ]
         try:
-            if self.sync == "ssp":
-                return run_ssp(client, gang, job, args, checkpoints, self.staleness, tick)
-            results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=tick)
+            try:
+                if self.sync == "ssp":
+                    return run_ssp(client, gang, job, args, checkpoints, self.staleness, tick)
+                results: list[dict[str, Any]] = gang.run(train_rank, args, on_tick=tick)
+            except BaseException:
+                # Ranks still running (Dask cannot stop a task) would train on to their
+                # last epoch and hold the gang's workers: tell them to stop.
+                stop_ranks(client, job.stop_event)
+                raise
             checkpoints.poll()
             return results
         except GangError as exc:
