@@ -596,5 +596,5 @@ def test_optimize_refuses_an_experiment_name_that_does_not_print_as_typed(
     from dmlsearch import optimize
 
     with pytest.raises(InvalidParameterError) as info:
-        optimize(lambda t: 0.0, {"x": Float(0, 1)}, n_trials=1, experiment_name=name)
+        optimize(lambda p, t: 0.0, {"x": Float(0, 1)}, n_trials=1, experiment_name=name)
     assert info.value.param == "experiment_name"
