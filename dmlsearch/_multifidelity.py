@@ -413,7 +413,8 @@ def _finish(search: SearchCV, rows: RungRows, setup: _Setup) -> None:
     search.n_splits_ = n_splits
     search.scorer_ = scoring.scorer_
     search.multimetric_ = scoring.multimetric
-    for key, value in rung_attributes(results, rows.curves, plan.ladder).items():
+    eta = getattr(plan.scheduler, "reduction_factor", search.reduction_factor)
+    for key, value in rung_attributes(results, rows.curves, plan.ladder, eta).items():
         setattr(search, key, value)
     if search.refit or not scoring.multimetric:
         if callable(search.refit):

@@ -211,15 +211,22 @@ def rung_attributes(
     results: dict[str, Any],
     curves: dict[int, list[tuple[int, float]]],
     ladder: Sequence[int],
+    eta: int,
 ) -> dict[str, Any]:
     """A multi-fidelity search's fitted attributes besides ``cv_results_``.
 
     ``history_`` (each trial's learning curve), ``n_resources_``/``n_candidates_`` (per
     rung reached: its resource, and how many trials reached it), ``n_iterations_``,
-    ``min_resources_``/``max_resources_`` (the schedule's) and ``total_work_`` (every
-    step's ``work``: the training done, in resource units).
+    ``min_resources_``/``max_resources_`` (the schedule's), ``n_possible_iterations_``
+    (the schedule's rungs), ``n_required_iterations_`` (scikit-learn's: the halvings by
+    ``eta`` that leave fewer than ``eta`` of the trials started) and ``total_work_``
+    (every step's ``work``: the training done, in resource units).
     """
     levels = np.unique(results["n_resources"])
+    started = len(np.unique(results["trial"]))
+    required = 1
+    while started >= eta**required:  # integers: no log rounding at exact powers
+        required += 1
     return {
         "history_": {t: sorted(c) for t, c in sorted(curves.items())},
         "n_resources_": [int(r) for r in levels],
@@ -229,5 +236,7 @@ def rung_attributes(
         "n_iterations_": len(levels),
         "min_resources_": int(ladder[0]),
         "max_resources_": int(ladder[-1]),
+        "n_possible_iterations_": len(ladder),
+        "n_required_iterations_": required,
         "total_work_": float(np.sum(results["work"])),
     }

@@ -164,7 +164,12 @@ def plan_schedule(
         steps = None
         if isinstance(given, MedianStopping):
             ladder = steps = rung_resources(1, given.max_resource, search.reduction_factor)
-        return SchedulePlan(given, resource, ladder, steps), search.n_trials
+        n_trials = search.n_trials
+        if n_trials is None and isinstance(given, (SuccessiveHalving, Hyperband)):
+            # Its schedule says how many trials it runs; the general default (10) would
+            # leave its brackets waiting on trials that never start.
+            n_trials = given.n_trials
+        return SchedulePlan(given, resource, ladder, steps), n_trials
     name = given.lower()
     low, high = _bounds(search, splits, y)
     r_min, R, eta = check_schedule(low, high, search.reduction_factor)

@@ -26,7 +26,7 @@ from dmlsearch.exceptions import InvalidParameterError
 from dmlsearch.registry import Registry
 from dmlsearch.runner.loop import WorkLoop
 from dmlsearch.runner.units import Unit
-from dmlsearch.schedulers import ASHA
+from dmlsearch.schedulers import ASHA, Hyperband, SuccessiveHalving
 from dmlsearch.testing import PowerKind, WaveSource, local_cluster
 
 pytestmark = pytest.mark.cluster
@@ -176,7 +176,24 @@ def test_hyperband_runs_li_et_al_brackets(steady, digits):
         got.setdefault(int(bracket), Counter())[int(resource)] += 1
     assert {b: dict(c) for b, c in got.items()} == want
     assert search.n_resources_ == [1, 3, 9, 27] and search.n_candidates_ == [27, 21, 13, 8]
+    # scikit-learn's: 4 rungs from 1 to 27; 49 trials started, 1 + floor(log3(49)) = 4.
+    assert search.n_possible_iterations_ == 4 and search.n_required_iterations_ == 4
     assert float(np.sum(r["work"])) == sum(_highest(search).values())
+
+
+@pytest.mark.parametrize(
+    "scheduler, n",
+    [(Hyperband(1, 9, 3, rounds=2), 2 * (9 + 5 + 3)), (SuccessiveHalving(1, 9, 3, 12), 12)],
+)
+def test_a_fixed_schedule_instance_runs_its_own_trial_count(steady, digits, scheduler, n):
+    # Without n_trials, a Hyperband or SuccessiveHalving instance runs every trial of its
+    # schedule (the general default of 10 left its brackets short).
+    X, y = digits
+    search = _search(steady, scheduler=scheduler, **UNSET).fit(X, y)
+    assert len(search.history_) == n
+    assert search.n_possible_iterations_ == 3
+    assert search.n_required_iterations_ == (4 if n == 34 else 3)  # 34 >= 27; 12 < 27
+    assert int(np.max(search.cv_results_["n_resources"])) == 9
 
 
 def test_halving_and_asha_give_the_same_results_twice(steady, digits):

@@ -31,9 +31,17 @@ What is measured
     scikit-learn's right after ASHA; reported: per
     seed, and the medians.
 
+    ``--workload xgb`` (added 2026-12-08) runs the same contenders on xgboost boosting
+    rounds instead: ``multifidelity_peers.py``'s xgb workload (``XGBClassifier(tree_method=
+    "hist", n_jobs=1)`` on ``make_classification(50,000 rows)``, its space of
+    ``learning_rate``, ``max_depth``, ``subsample``, ``colsample_bytree``,
+    ``min_child_weight``), ``resource="n_estimators"`` (a promoted trial boosts on from its
+    booster), scikit-learn's halving with ``resource="n_estimators"``.
+
 Rerun
     python experiments/benchmarks/multifidelity.py             # 5 seeds, 81 trials, R=27
     python experiments/benchmarks/multifidelity.py --quick     # 2 seeds, 27 trials, R=9
+    python experiments/benchmarks/multifidelity.py --workload xgb
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,7 +63,9 @@ from _common import (
     quiet_warnings,
     warm_up,
 )
+from multifidelity_peers import _import_xgboost
 from scipy.stats import loguniform
+from sklearn.base import clone
 from sklearn.datasets import load_digits
 from sklearn.experimental import enable_halving_search_cv  # noqa: F401
 from sklearn.linear_model import SGDClassifier
@@ -87,7 +98,54 @@ def halving_budget(n_candidates: int, R: int, eta: int = 3) -> int:
     return total
 
 
-def run_dml(client: Any, kind: str, data: tuple[Any, ...], seed: int, args: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Task:
+    """What is searched: the estimator, its spaces and what the budget counts."""
+
+    X: np.ndarray
+    y: np.ndarray
+    estimator: Any
+    space: dict[str, Any]
+    sk_estimator: Any
+    sk_space: dict[str, Any]
+    resource: str
+    sk_resource: str
+    unit: str
+
+
+def make_task(workload: str) -> Task:
+    if workload == "sgd":
+        X, y = load_digits(return_X_y=True)
+        return Task(
+            X / 16.0,
+            y,
+            SGDClassifier(random_state=0),
+            SPACE,
+            SGDClassifier(random_state=0, tol=None),
+            SK_SPACE,
+            "partial_fit",
+            "max_iter",
+            "epochs",
+        )
+    from multifidelity_peers import dml_space, scipy_space, workloads
+
+    w = workloads(argparse.Namespace(xgb_rows=50_000, sgd_R=27, xgb_R=27))["xgb"]
+    return Task(
+        w.X,
+        w.y,
+        w.estimator,
+        dml_space(w.dims),
+        w.estimator,
+        scipy_space(w.dims),
+        w.dml_resource,
+        w.sk_resource,
+        "rounds",
+    )
+
+
+def run_dml(
+    client: Any, kind: str, task: Task, data: tuple[Any, ...], seed: int, args: Any
+) -> dict[str, Any]:
     X_train, X_test, y_train, y_test = data
     R = args.max_resource
     n_trials = args.trials
@@ -101,12 +159,12 @@ def run_dml(client: Any, kind: str, data: tuple[Any, ...], seed: int, args: Any)
         r0 = 1 if kind == "asha@1/3" else 3
         scheduler = ASHA(r0, R, 3, max_total_resource=args.trials * R // 3)
     search = SearchCV(
-        SGDClassifier(random_state=0),
-        SPACE,
+        clone(task.estimator),
+        task.space,
         strategy="random",
         n_trials=n_trials,
         scheduler=scheduler,
-        resource="partial_fit",
+        resource=task.resource,
         cv=3,
         random_state=seed,
         client=client,
@@ -127,13 +185,15 @@ def run_dml(client: Any, kind: str, data: tuple[Any, ...], seed: int, args: Any)
     }
 
 
-def run_halving(data: tuple[Any, ...], seed: int, n_candidates: int, R: int) -> dict[str, Any]:
+def run_halving(
+    task: Task, data: tuple[Any, ...], seed: int, n_candidates: int, R: int
+) -> dict[str, Any]:
     X_train, X_test, y_train, y_test = data
     search = HalvingRandomSearchCV(
-        SGDClassifier(random_state=0, tol=None),
-        SK_SPACE,
+        clone(task.sk_estimator),
+        task.sk_space,
         n_candidates=n_candidates,
-        resource="max_iter",
+        resource=task.sk_resource,
         min_resources=1,
         max_resources=R,
         factor=3,
@@ -162,6 +222,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-resource", type=int, default=27)
     parser.add_argument("--halving-candidates", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workload", default="sgd", choices=("sgd", "xgb"))
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.trials, args.max_resource = 2, 27, 9
@@ -169,8 +230,9 @@ def main(argv: list[str]) -> None:
     print_header(
         "multi-fidelity search: ASHA vs random at full budget vs sklearn halving", sys.argv
     )
-    X, y = load_digits(return_X_y=True)
-    X = X / 16.0
+    task = make_task(args.workload)
+    X, y = task.X, task.y
+    print(f"workload: {args.workload} (budget in {task.unit} per fold)")
     runs: dict[str, list[dict[str, Any]]] = {
         "random": [],
         "asha": [],
@@ -180,16 +242,18 @@ def main(argv: list[str]) -> None:
     }
     with local_cluster(2) as client:
         warm_up(client, 2)
+        if args.workload == "xgb":
+            client.run(_import_xgboost)
         for seed in range(args.seeds):
             data = tuple(train_test_split(X, y, test_size=0.25, stratify=y, random_state=seed))
             # Which runs first alternates; scikit-learn's halving follows ASHA (its number
             # of candidates is sized on ASHA's budget).
             kinds = ["random", "asha", "asha@1/3", "asha3@1/3"]
             for kind in kinds[seed % 4 :] + kinds[: seed % 4]:
-                runs[kind].append(run_dml(client, kind, data, seed, args))
+                runs[kind].append(run_dml(client, kind, task, data, seed, args))
                 if kind == "asha":
                     n = _n_halving(args, runs)
-                    runs["halving"].append(run_halving(data, seed, n, args.max_resource))
+                    runs["halving"].append(run_halving(task, data, seed, n, args.max_resource))
             print(f"seed {seed} done", file=sys.stderr)
     _report(runs, args)
     print_footer()
@@ -226,7 +290,7 @@ def _report(runs: dict[str, list[dict[str, Any]]], args: Any) -> None:
         "run",
         "trials",
         "at top",
-        "budget (epochs)",
+        "budget / fold",
         "/ random",
         "best cv",
         "held-out acc",

@@ -21,6 +21,9 @@ What is measured
                  (``cv=StratifiedShuffleSplit(1, test_size=1/3, random_state=seed)``, the
                  same rows as Optuna's split), ``max_total_resource`` 3 times dml-asha's:
                  the same B, spent on 3 times the trials of one model each;
+      dml-hb-1split  dml-hb on Optuna's held-out split, ``Hyperband(1, R, 3, rounds=3)``
+                 (Li et al.'s outer loop, 3 rounds of the brackets at once): the same B,
+                 one model a trial, as Optuna's ``HyperbandPruner`` spends it;
       daskml-hb  dask-ml ``HyperbandSearchCV(aggressiveness=3, test_size=1/3)`` (one
                  held-out split, ``partial_fit`` only: sgd only; it cannot train xgboost
                  rounds, so it is skipped there), ``max_iter`` chosen so that its budget is
@@ -95,7 +98,7 @@ from sklearn.model_selection import train_test_split
 ETA = 3
 N_FOLDS = 3
 HOLDOUT = 1 / 3  # the one-split peers' validation share: one CV fold's worth of rows
-DML = ("dml-asha", "dml-hb", "dml-asha-1split")
+DML = ("dml-asha", "dml-hb", "dml-asha-1split", "dml-hb-1split")
 PEERS = ("daskml-hb", "sk-halving", "optuna-hb")
 CONTENDERS = DML + PEERS
 
@@ -288,12 +291,12 @@ def run_dml(
     from sklearn.model_selection import StratifiedShuffleSplit
 
     from dmlsearch import SearchCV
-    from dmlsearch.schedulers import ASHA
+    from dmlsearch.schedulers import ASHA, Hyperband
 
     X_train, _, y_train, _ = data
     # One split is Optuna's (and dask-ml's) held-out split, the same rows (train_test_split
     # stratifies with this splitter); at one budget it trains 3 times the models of cv=3.
-    one_split = kind == "dml-asha-1split"
+    one_split = kind.endswith("-1split")
     n_splits = 1 if one_split else N_FOLDS
     cv: Any = (
         StratifiedShuffleSplit(n_splits=1, test_size=HOLDOUT, random_state=seed)
@@ -307,6 +310,11 @@ def run_dml(
             "scheduler": ASHA(1, w.R, ETA, max_total_resource=per_fold),
             "n_trials": per_fold,  # more than the budget can start: the budget ends it
         }
+    elif one_split:
+        # Li et al.'s outer loop: Hyperband's brackets run N_FOLDS times over (all at once),
+        # which spends on one model a trial the budget of one round on N_FOLDS folds.
+        hyperband = Hyperband(1, w.R, ETA, rounds=N_FOLDS)
+        kwargs = {"scheduler": hyperband, "n_trials": hyperband.n_trials}
     else:
         kwargs = {
             "scheduler": "hyperband",

@@ -135,6 +135,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--workload", default="xgb", choices=("sgd", "xgb"))
     parser.add_argument("--scheduler", default="asha", choices=("asha", "hyperband"))
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument(
+        "--one-split",
+        action="store_true",
+        help="Optuna's one held-out split instead of cv=3 (dml-asha-1split, dml-hb-1split)",
+    )
     parser.add_argument("--sgd-R", type=int, default=27)
     parser.add_argument("--xgb-R", type=int, default=27)
     parser.add_argument("--xgb-rows", type=int, default=50_000)
@@ -149,7 +154,9 @@ def main(argv: list[str]) -> None:
     print_header("where a multi-fidelity search's time goes (rung steps, gaps, driver)", sys.argv)
     w = workloads(args)[args.workload]
     budget = hyperband_work(w.R) * N_FOLDS * w.fold_rows()
-    kind = "dml-asha" if args.scheduler == "asha" else "dml-hb"
+    kind = ("dml-asha" if args.scheduler == "asha" else "dml-hb") + (
+        "-1split" if args.one_split else ""
+    )
     steps, driver = instrument()
     if args.in_flight is not None:
         deeper(args.in_flight)
