@@ -12,7 +12,7 @@ from typing import Any
 
 from ._evaluate import TrialOutcome
 from ._objective import PRUNED, ObjectiveOutcome, ObjectiveSpec
-from ._pruners import Pruner
+from ._pruners import JudgedSteps, Pruner
 from ._states import COMPLETE
 from .runner.trials import trial_seed
 from .runner.units import DONE, Unit, UnitSource, _Signal
@@ -20,12 +20,15 @@ from .strategies import Strategy
 
 __all__ = ["ObjectiveSource", "as_trial_outcome", "record_curve"]
 
+#: Without a pruner no report is decided on: a trial sends them now and then, for the page.
+NOTHING_JUDGED = JudgedSteps()
+
 
 class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
     """Trials from a strategy; each reported value goes to the pruner, which may stop it.
 
-    ``stop(number)`` tells the worker (the driver gives a Dask-backed one; the source
-    itself never touches Dask). ``on_finish`` hears each trial once, as it is recorded.
+    ``stop(number, worker)`` tells the trial's worker (the address its report came from,
+    if known; the driver gives a Dask-backed one, the source itself never touches Dask). ``on_finish`` hears each trial once, as it is recorded.
     ``watcher`` (the dashboard's reporter) also hears each rung a trial reaches, for the
     rung view of the rung pruners. ``skip``: trial numbers an earlier run finished
     (resume), never proposed again.
@@ -38,7 +41,7 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         *,
         sign: float,
         pruner: Pruner | None,
-        stop: Callable[[int], None],
+        stop: Callable[[int, str | None], None],
         stop_event: Callable[[int], str | None],
         on_finish: Callable[[ObjectiveOutcome], None],
         watcher: Any = None,
@@ -99,7 +102,11 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         self.next_number += 1
         self.running.add(number)
         self.curves[number] = {}
-        spec = ObjectiveSpec(number, params, trial_seed(self.seed, number), self.stop_event(number))
+        judged = None if self.pruner is None else self.pruner.judged_steps(number)
+        spec = ObjectiveSpec(
+            number, params, trial_seed(self.seed, number), self.stop_event(number),
+            NOTHING_JUDGED if judged is None else judged,
+        )  # fmt: skip
         return Unit(number, spec)
 
     def submitted(self, units: list[Unit[ObjectiveSpec]]) -> None:
@@ -107,11 +114,14 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
             self.watcher.units_submitted([(u.payload.number, u.payload.params) for u in units])
 
     def reported(self, unit: Unit[ObjectiveSpec], message: dict[str, Any]) -> None:
-        number = unit.payload.number
         try:
-            step, value = int(message["step"]), float(message["value"])
+            pairs = [(int(s), float(v)) for s, v in message["steps"]]
         except (KeyError, TypeError, ValueError):
             return
+        for step, value in pairs:  # in the order the trial reported them
+            self._heard(unit.payload.number, step, value, message)
+
+    def _heard(self, number: int, step: int, value: float, message: dict[str, Any]) -> None:
         if number in self.stopped:
             # Reported before the trial saw its stop: no rung it passed, so no peer of the
             # trials judged there (it shows when recorded, if the trial went on anyway).
@@ -123,7 +133,8 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         reason = self.pruner.stop(number, self.curves, frozenset(self.running))
         if reason is not None:
             self.stopped[number] = reason
-            self.stop(number)
+            worker = message.get("worker")
+            self.stop(number, worker if isinstance(worker, str) else None)
 
     def _show_rungs(self, number: int, *, restored: bool = False) -> None:
         """Tell the rung view of each rung ``number`` reached that it has not heard of.

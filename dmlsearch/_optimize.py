@@ -32,6 +32,7 @@ from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 from .registry._checks import check_new_name
 from .runner.loop import RunStats, WorkLoop
+from .runner.stop_flags import push_stop
 from .runner.units import UnitPolicy
 from .strategies import Strategy
 
@@ -143,16 +144,19 @@ def check_objective_args(objective: Any, n_trials: Any, direction: Any) -> float
     return 1.0 if direction == "maximize" else -1.0
 
 
-def stop_signals(client: Any, run: str) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """``set(number)`` raises trial ``number``'s stop Event; ``clear()`` removes them all."""
+def stop_signals(
+    client: Any, run: str
+) -> tuple[Callable[[int, str | None], None], Callable[[], None]]:
+    """``set(number, worker)`` raises trial ``number``'s stop Event and sends the flag to
+    ``worker`` (:mod:`~dmlsearch.runner.stop_flags`); ``clear()`` removes the Events."""
     from distributed import Event
 
     raised: list[str] = []
 
-    def set_(number: int) -> None:
+    def set_(number: int, worker: str | None) -> None:
         name = f"{run}-{number}"
         try:
-            Event(name, client=client).set()
+            push_stop(client, name, worker)
             raised.append(name)
         except Exception as exc:  # the trial then runs to its end: slower, never wrong
             logger.warning("dmlsearch: could not stop trial %d: %r", number, exc)

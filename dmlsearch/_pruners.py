@@ -38,6 +38,7 @@ __all__ = [
     "AshaPruner",
     "Curves",
     "HyperbandPruner",
+    "JudgedSteps",
     "MedianPruner",
     "Pruner",
     "RungReport",
@@ -69,10 +70,50 @@ class RungReport:
     top: bool = False
 
 
+@dataclass(frozen=True)
+class JudgedSteps:
+    """The reports a pruner may decide on, which a trial sends to the driver at once.
+
+    ``every_from``: every step from it on (None: none); ``rungs``: a step at or past a rung
+    not reached before; ``geometric``: ``(first, factor)``, rungs ``first * factor**k``
+    without end. A trial holds its other reports back and sends them together now and
+    then (they are for the record and the dashboard: no pruner decides on them).
+    """
+
+    every_from: int | None = None
+    rungs: tuple[int, ...] = ()
+    geometric: tuple[int, int] | None = None
+
+    def judged(self, previous: int | None, step: int) -> bool:
+        """Whether a report at ``step``, after reports up to step ``previous``, is judged."""
+        if previous is not None and step <= previous:
+            return True  # out of order: which rung it counts for is the pruner's to say
+        if self.every_from is not None and step >= self.every_from:
+            return True
+        low = -1 if previous is None else previous
+        if any(low < r <= step for r in self.rungs):
+            return True
+        if self.geometric is not None:
+            r, factor = self.geometric
+            while r <= step:
+                if r > low:
+                    return True
+                r *= factor
+        return False
+
+
+#: Every report is judged (a pruner that says nothing of its steps).
+EVERY_STEP = JudgedSteps(every_from=0)
+
+
 class Pruner:
     """Decides, from every trial's curve, whether ``trial`` should stop now."""
 
     name = "pruner"
+
+    def judged_steps(self, trial: int) -> JudgedSteps:
+        """The steps of ``trial`` that :meth:`stop` may stop it at (default: every one)."""
+        return EVERY_STEP
 
     def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
         """Why ``trial`` (which just reported) should stop, or None to let it go on."""
@@ -95,6 +136,9 @@ class MedianPruner(Pruner):
     min_trials: int = 5
     name = "median"
 
+    def judged_steps(self, trial: int) -> JudgedSteps:
+        return JudgedSteps(every_from=self.warmup_steps)
+
     def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
         results = {t: [(s, s, v) for s, v in sorted(c.items())] for t, c in curves.items()}
         rule = MedianStopping(1, warmup_steps=self.warmup_steps, min_trials=self.min_trials)
@@ -112,6 +156,7 @@ class _RungPruner(Pruner):
     """ASHA's rule at a trial's rungs, among the trials :meth:`peers` names."""
 
     reduction_factor: int
+    min_resource: int
 
     def resources(self, trial: int, step: int) -> tuple[int, ...]:
         """``trial``'s rung steps, at least those up to ``step``, increasing."""
@@ -124,6 +169,11 @@ class _RungPruner(Pruner):
     def peers(self, trial: int, curves: Curves) -> Iterable[int]:
         """The trials ``trial`` is ranked against at a rung."""
         return curves
+
+    def judged_steps(self, trial: int) -> JudgedSteps:
+        if self.bounded(trial):
+            return JudgedSteps(rungs=self.resources(trial, 0))
+        return JudgedSteps(geometric=(self.min_resource, self.reduction_factor))
 
     def rungs(self, trial: int, curve: Mapping[int, float]) -> list[RungReport]:
         if not curve:

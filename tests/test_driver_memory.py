@@ -60,5 +60,6 @@ def test_a_search_that_raises_keeps_neither_its_futures_nor_its_data(client: Cli
             search.fit(X, y)
         del X, y, search
     gc.collect()
-    assert not any(f.alive for f in gone)
-    assert not [k for k in client.futures if "FailingClassifier" in str(k) or "trial" in str(k)]
+    assert not any(f.alive for f in gone), [f.alive for f in gone]
+    left = [k for k in client.futures if "FailingClassifier" in str(k) or "trial" in str(k)]
+    assert not left, left

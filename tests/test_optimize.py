@@ -179,16 +179,15 @@ def test_reports_a_stopped_trial_sends_before_it_sees_the_stop_are_no_rung_it_pa
     stopped: list[int] = []
     source = ObjectiveSource(
         make_strategy("grid", space, len(values), 0), 0, sign=1.0,
-        pruner=make_pruner("asha", 1, 3, 0, 5, 9, len(values)), stop=stopped.append,
+        pruner=make_pruner("asha", 1, 3, 0, 5, 9, len(values)), stop=lambda n, w: stopped.append(n),
         stop_event=lambda number: None, on_finish=lambda outcome: None,
     )  # fmt: skip
     units: list[Any] = [source.propose() for _ in values]
     for unit in units[:5]:
         for step in (1, 2, 3):  # trials 1-4 are stopped at step 1 and report on regardless
-            source.reported(unit, {"step": step, "value": unit.payload.params["q"]})
+            source.reported(unit, {"steps": [[step, unit.payload.params["q"]]]})
     assert stopped == [1, 2, 3, 4]
-    source.reported(units[5], {"step": 1, "value": 11.0})
-    source.reported(units[5], {"step": 3, "value": 7.0})
+    source.reported(units[5], {"steps": [[1, 11.0], [2, 9.0], [3, 7.0]]})  # one batch
     # At step 3 it is judged against trial 0 alone (10 > 7: not the top 1 of 2). Counting
     # the stopped trials' late values (1-4) would have kept it, in the top 2 of 6.
     assert stopped == [1, 2, 3, 4, 5]

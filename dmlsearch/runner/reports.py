@@ -36,7 +36,12 @@ def report(topic: str | None, kind: str, **fields: Any) -> None:
         from distributed import get_worker
 
         worker = get_worker()
-        msg = {"kind": kind, "key": str(worker.get_current_task()), **fields}
+        msg = {
+            "kind": kind,
+            "key": str(worker.get_current_task()),
+            "worker": worker.address,
+            **fields,
+        }
         worker.log_event(topic, msg)
     except TrialTimeoutError:
         # The trial's deadline fired while it reported: swallowed here, the trial ran on
