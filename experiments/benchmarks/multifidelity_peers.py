@@ -21,6 +21,12 @@ What is measured
                  (``cv=StratifiedShuffleSplit(1, test_size=1/3, random_state=seed)``, the
                  same rows as Optuna's split), ``max_total_resource`` 3 times dml-asha's:
                  the same B, spent on 3 times the trials of one model each;
+      dml-opt-hb ``dmlsearch.optimize(objective, space, scheduler="hyperband")`` (added
+                 2026-12-08): Optuna's objective of the workload written for it
+                 (``trial.report`` and ``trial.should_stop()`` after every epoch or round),
+                 on Optuna's split, with as many trials as Optuna ran on the seed (it runs
+                 right after optuna-hb; there is no budget counter shared by the workers,
+                 so its budget is counted after, from the steps each trial reported);
       dml-hb-1split  dml-hb on Optuna's held-out split, ``Hyperband(1, R, 3, rounds=3)``
                  (Li et al.'s outer loop, 3 rounds of the brackets at once): the same B,
                  one model a trial, as Optuna's ``HyperbandPruner`` spends it;
@@ -99,8 +105,10 @@ ETA = 3
 N_FOLDS = 3
 HOLDOUT = 1 / 3  # the one-split peers' validation share: one CV fold's worth of rows
 DML = ("dml-asha", "dml-hb", "dml-asha-1split", "dml-hb-1split")
+#: dmlsearch.optimize with Optuna's objective code; it runs after optuna-hb in each seed.
+DML_OPT = "dml-opt-hb"
 PEERS = ("daskml-hb", "sk-halving", "optuna-hb")
-CONTENDERS = DML + PEERS
+CONTENDERS = (*DML, DML_OPT, *PEERS)
 
 
 @dataclass(frozen=True)
@@ -187,6 +195,17 @@ XGB_DIMS = (
     Dim("colsample_bytree", 0.5, 1.0),
     Dim("min_child_weight", 1.0, 50.0, log=True),
 )
+
+
+#: xgboost's parameters besides the searched ones, in both objectives (Optuna's, optimize's).
+XGB_FIXED = {
+    "objective": "binary:logistic",
+    "tree_method": "hist",
+    "nthread": 1,
+    "seed": 0,
+    "eval_metric": "error",
+    "verbosity": 0,
+}
 
 
 def workloads(args: Any) -> dict[str, Workload]:
@@ -553,15 +572,7 @@ def _xgb_objective(w: Workload, split: tuple[Any, ...], budget: Budget) -> Calla
         if not hasattr(local, "dtrain"):
             local.dtrain = xgb.DMatrix(X_tr, label=y_tr)
             local.dval = xgb.DMatrix(X_val, label=y_val)
-        params = {
-            "objective": "binary:logistic",
-            "tree_method": "hist",
-            "nthread": 1,
-            "seed": 0,
-            "eval_metric": "error",
-            "verbosity": 0,
-            **optuna_params(trial, w.dims),
-        }
+        params = {**XGB_FIXED, **optuna_params(trial, w.dims)}
         report = Report(trial)
         xgb.train(
             params,
@@ -578,6 +589,94 @@ def _xgb_objective(w: Workload, split: tuple[Any, ...], budget: Budget) -> Calla
         return report.score
 
     return objective
+
+
+def _dml_objective(w: Workload, split: tuple[Any, ...]) -> Callable[[dict[str, Any], Any], float]:
+    """Optuna's objective of this workload written for ``dmlsearch.optimize``: the same
+    training per step, ``trial.report`` and ``trial.should_stop()`` after every step."""
+    X_tr, X_val, y_tr, y_val = split
+    cache: dict[str, Any] = {}  # per worker: the objective is sent to each worker once
+
+    def sgd(params: dict[str, Any], trial: Any) -> float:
+        model = clone(w.estimator).set_params(**params)
+        classes, score = np.unique(y_tr), float("nan")
+        for epoch in range(1, w.R + 1):
+            model.partial_fit(X_tr, y_tr, classes=classes)
+            score = float(model.score(X_val, y_val))
+            trial.report(score, epoch)
+            if trial.should_stop():
+                break
+        return score
+
+    def xgb_rounds(params: dict[str, Any], trial: Any) -> float:
+        import xgboost as xgb
+
+        if "dtrain" not in cache:
+            cache["dtrain"] = xgb.DMatrix(X_tr, label=y_tr)
+            cache["dval"] = xgb.DMatrix(X_val, label=y_val)
+        scores: list[float] = []
+
+        class Report(xgb.callback.TrainingCallback):
+            def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+                scores.append(1.0 - float(evals_log["val"]["error"][-1]))
+                trial.report(scores[-1], epoch + 1)
+                return bool(trial.should_stop())
+
+        xgb.train(
+            {**XGB_FIXED, **params},
+            cache["dtrain"],
+            num_boost_round=w.R,
+            evals=[(cache["dval"], "val")],
+            callbacks=[Report()],
+            verbose_eval=False,
+        )
+        return scores[-1]
+
+    return sgd if w.name == "sgd" else xgb_rounds
+
+
+def run_dml_optimize(
+    w: Workload, data: tuple[Any, ...], seed: int, client: Any, n_trials: int
+) -> dict[str, Any]:
+    """``dmlsearch.optimize`` with ``scheduler="hyperband"`` on Optuna's split, as many
+    trials as Optuna ran on this seed (no shared budget counter: the budget used is
+    counted after, from the steps each trial reported)."""
+    import dmlsearch
+
+    X_train, _, y_train, _ = data
+    split = train_test_split(
+        X_train, y_train, test_size=HOLDOUT, stratify=y_train, random_state=seed
+    )
+    t0 = time.perf_counter()
+    result = dmlsearch.optimize(
+        _dml_objective(w, split),
+        dml_space(w.dims),
+        n_trials=n_trials,
+        scheduler="hyperband",
+        min_resource=1,
+        max_resource=w.R,
+        reduction_factor=ETA,
+        random_state=seed,
+        client=client,
+        dashboard=False,
+    )
+    wall = time.perf_counter() - t0
+    steps = sum(max(t.intermediate, default=0) for t in result.trials)
+    complete = [
+        t for t in result.trials if t.state == "complete" and max(t.intermediate, default=0) == w.R
+    ]
+    best = max(complete, key=lambda t: float(t.value or 0.0))
+    n_pruned = sum(t.state == "pruned" for t in result.trials)
+    return {
+        "wall": wall,
+        "budget": float(steps * w.fold_rows()),
+        "native": f"{steps} {w.unit}s of one model",
+        "trials": len(result.trials),
+        "val": float(best.value or 0.0),
+        "params": dict(best.params),
+        "resource": w.R,
+        "note": f"{len(complete)} complete at R, {n_pruned} pruned",
+    }
 
 
 def run_optuna(w: Workload, data: tuple[Any, ...], seed: int, budget: int) -> dict[str, Any]:
@@ -630,11 +729,14 @@ def run_one(
     client: Any,
     budget: int,
     daskml_python: str | None,
+    optuna_trials: int = 0,
 ) -> dict[str, Any]:
     """One contender on one seed; a failure is recorded (and printed), not raised."""
     try:
         if kind in DML:
             out = run_dml(kind, w, data, seed, client, budget)
+        elif kind == DML_OPT:
+            out = run_dml_optimize(w, data, seed, client, optuna_trials)
         elif kind == "daskml-hb":
             out = run_daskml(w, data, seed, budget, daskml_python)
         elif kind == "sk-halving":
@@ -646,6 +748,16 @@ def run_one(
         return {"failed": f"{type(exc).__name__}: {exc}"[:200]}
     out["test"] = final_score(w, out["params"], out["resource"], data)
     return out
+
+
+def _seed_order(kinds: list[str], seed: int) -> list[str]:
+    """The contenders' order on ``seed``: rotated, with dml-opt-hb right after optuna-hb."""
+    rotating = [k for k in kinds if k != DML_OPT]
+    shift = seed % len(rotating)
+    order = rotating[shift:] + rotating[:shift]
+    if DML_OPT in kinds:
+        order.insert(order.index("optuna-hb") + 1, DML_OPT)
+    return order
 
 
 # ---------------------------------------------------------------- report
@@ -771,6 +883,8 @@ def main(argv: list[str]) -> None:
     if args.quick:
         args.seeds, args.sgd_R, args.xgb_R, args.xgb_rows = 2, 9, 9, 10_000
     kinds = [k for k in CONTENDERS if k in args.contenders.split(",")]
+    if DML_OPT in kinds and "optuna-hb" not in kinds:
+        parser.error(f"{DML_OPT} runs as many trials as optuna-hb: add optuna-hb")
     quiet_warnings()
     print_header(
         "multi-fidelity search: dmlsearch ASHA/Hyperband vs dask-ml, scikit-learn, Optuna",
@@ -809,11 +923,12 @@ def main(argv: list[str]) -> None:
                 data = tuple(
                     train_test_split(w.X, w.y, test_size=0.25, stratify=w.y, random_state=seed)
                 )
-                shift = seed % len(order)
-                for kind in order[shift:] + order[:shift]:
+                for kind in _seed_order(order, seed):
                     t0 = time.perf_counter()
+                    done = runs.get("optuna-hb", [])
+                    n_opt = int(done[-1].get("trials", 0)) if len(done) > seed else 0
                     runs[kind].append(
-                        run_one(kind, w, data, seed, client, budget, args.daskml_python)
+                        run_one(kind, w, data, seed, client, budget, args.daskml_python, n_opt)
                     )
                     print(
                         f"{name} seed {seed} {kind}: {time.perf_counter() - t0:.1f} s",
