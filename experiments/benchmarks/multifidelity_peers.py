@@ -821,7 +821,7 @@ def report(w: Workload, runs: dict[str, list[dict[str, Any]]], budget: int) -> N
     )
     print()
     ratios = []
-    for mine in DML:
+    for mine in (*DML, DML_OPT):
         for peer in PEERS:
             if mine not in runs or peer not in runs:
                 continue
