@@ -164,12 +164,7 @@ def plan_schedule(
         steps = None
         if isinstance(given, MedianStopping):
             ladder = steps = rung_resources(1, given.max_resource, search.reduction_factor)
-        n_trials = search.n_trials
-        if n_trials is None and isinstance(given, (SuccessiveHalving, Hyperband)):
-            # Its schedule says how many trials it runs; the general default (10) would
-            # leave its brackets waiting on trials that never start.
-            n_trials = given.n_trials
-        return SchedulePlan(given, resource, ladder, steps), n_trials
+        return SchedulePlan(given, resource, ladder, steps), _instance_trials(search, given)
     name = given.lower()
     low, high = _bounds(search, splits, y)
     r_min, R, eta = check_schedule(low, high, search.reduction_factor)
@@ -191,6 +186,23 @@ def plan_schedule(
     placeholder = make_scheduler(name, max_resource=R)
     steps = ladder if name == "median" else None
     return SchedulePlan(placeholder, resource, ladder, steps, bind=True), n
+
+
+def _instance_trials(search: SearchCV, given: Scheduler) -> int | None:
+    """The trials to ask the strategy for beside a Scheduler instance: ``n_trials``, else
+    what the instance bounds (the strategy's default, 10, would leave a Hyperband's
+    brackets short and an ASHA budget unspent; a grid still gives its every point)."""
+    if search.n_trials is not None or _grid_size(search) is not None:
+        return search.n_trials
+    if isinstance(given, (SuccessiveHalving, Hyperband)):
+        return given.n_trials
+    if isinstance(given, ASHA):
+        if given.max_trials is not None:
+            return given.max_trials
+        if given.max_total_resource is not None:
+            # Every trial spends at least the first rung: the most the budget can start.
+            return given.max_total_resource // given.resources[0]
+    return None
 
 
 def _grid_size(search: SearchCV) -> int | None:

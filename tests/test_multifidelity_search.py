@@ -183,7 +183,11 @@ def test_hyperband_runs_li_et_al_brackets(steady, digits):
 
 @pytest.mark.parametrize(
     "scheduler, n",
-    [(Hyperband(1, 9, 3, rounds=2), 2 * (9 + 5 + 3)), (SuccessiveHalving(1, 9, 3, 12), 12)],
+    [
+        (Hyperband(1, 9, 3, rounds=2), 2 * (9 + 5 + 3)),
+        (SuccessiveHalving(1, 9, 3, 12), 12),
+        (ASHA(1, 9, 3, max_trials=14), 14),
+    ],
 )
 def test_a_fixed_schedule_instance_runs_its_own_trial_count(steady, digits, scheduler, n):
     # Without n_trials, a Hyperband or SuccessiveHalving instance runs every trial of its
@@ -192,7 +196,16 @@ def test_a_fixed_schedule_instance_runs_its_own_trial_count(steady, digits, sche
     search = _search(steady, scheduler=scheduler, **UNSET).fit(X, y)
     assert len(search.history_) == n
     assert search.n_possible_iterations_ == 3
-    assert search.n_required_iterations_ == (4 if n == 34 else 3)  # 34 >= 27; 12 < 27
+    assert search.n_required_iterations_ == (4 if n == 34 else 3)  # 34 >= 27; 12, 14 < 27
+
+
+def test_an_asha_budget_without_n_trials_is_spent(steady, digits):
+    # ASHA(max_total_resource=...) alone ran the strategy's default 10 trials and left
+    # most of its budget unspent.
+    X, y = digits
+    search = _search(steady, scheduler=ASHA(1, 9, 3, max_total_resource=60), **UNSET).fit(X, y)
+    assert len(search.history_) > 10
+    assert 60 - 9 < search.total_work_ <= 60  # no step that would pass it was issued
     assert int(np.max(search.cv_results_["n_resources"])) == 9
 
 
