@@ -106,6 +106,7 @@ class Trial:
         self._pending: list[list[float]] = []
         self._sent_at = time.monotonic()
         self._last_step: int | None = None
+        self._awaiting: int | None = None  # a judged step whose answer should_stop waits for
 
     def report(self, value: float, step: int) -> None:
         """Record ``value`` at ``step`` (an epoch, a budget) and send it to the driver: at
@@ -142,25 +143,32 @@ class Trial:
         previous, self._last_step = self._last_step, max(step, self._last_step or 0)
         self._pending.append([step, number])
         now = time.monotonic()
-        if (
-            self._judged is None
-            or self._judged.judged(previous, step)
-            or now - self._sent_at >= SEND_EVERY
-        ):
+        judged = self._judged is None or self._judged.judged(previous, step)
+        if judged or now - self._sent_at >= SEND_EVERY:
             pending, self._pending, self._sent_at = self._pending, [], now
-            report_progress(self.number, steps=pending)
+            if judged and self._judged is not None and self._judged.wait:
+                self._awaiting = step
+                report_progress(self.number, steps=pending, answer=step)
+            else:
+                report_progress(self.number, steps=pending)
 
     def should_stop(self) -> bool:
         """True once the driver's pruner has stopped this trial (it stays True).
 
         Cheap: the driver sends the stop to the trial's worker, which reads it locally
         (the scheduler is asked on the first call, then at most once a second, in case
-        that message was lost). False outside a run.
+        that message was lost). After a report at one of its rungs (ASHA, successive
+        halving, Hyperband) the call waits for the pruner's answer about it, a few
+        milliseconds, as Optuna's ``should_prune`` answers on the spot. False outside a run.
         """
         if self._stopped or self._stop_event is None:
             return self._stopped
+        awaiting, self._awaiting = self._awaiting, None
         try:
-            self._stopped = self._stop_check.is_set()
+            if awaiting is not None:
+                self._stopped = self._stop_check.answer(awaiting)
+            else:
+                self._stopped = self._stop_check.is_set()
         except TrialTimeoutError:
             raise  # the trial's deadline, fired during the round trip: not ours to swallow
         except Exception:  # not on a worker, or the scheduler is going: keep training

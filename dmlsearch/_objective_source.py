@@ -28,7 +28,9 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
     """Trials from a strategy; each reported value goes to the pruner, which may stop it.
 
     ``stop(number, worker)`` tells the trial's worker (the address its report came from,
-    if known; the driver gives a Dask-backed one, the source itself never touches Dask). ``on_finish`` hears each trial once, as it is recorded.
+    if known; the driver gives a Dask-backed one, the source itself never touches Dask);
+    ``go_on(number, worker, step)`` answers a report that waits for its judgement
+    (``answer`` in the message) when the trial goes on. ``on_finish`` hears each trial once, as it is recorded.
     ``watcher`` (the dashboard's reporter) also hears each rung a trial reaches, for the
     rung view of the rung pruners. ``skip``: trial numbers an earlier run finished
     (resume), never proposed again.
@@ -43,6 +45,7 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         pruner: Pruner | None,
         stop: Callable[[int, str | None], None],
         stop_event: Callable[[int], str | None],
+        go_on: Callable[[int, str | None, int], None] = lambda number, worker, step: None,
         on_finish: Callable[[ObjectiveOutcome], None],
         watcher: Any = None,
         skip: Iterable[int] = (),
@@ -52,6 +55,7 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         self.sign = sign
         self.pruner = pruner
         self.stop = stop
+        self.go_on = go_on
         self.stop_event = stop_event
         self.on_finish = on_finish
         self.watcher = watcher
@@ -118,8 +122,13 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
             pairs = [(int(s), float(v)) for s, v in message["steps"]]
         except (KeyError, TypeError, ValueError):
             return
+        number = unit.payload.number
         for step, value in pairs:  # in the order the trial reported them
-            self._heard(unit.payload.number, step, value, message)
+            self._heard(number, step, value, message)
+        answer = message.get("answer")
+        if isinstance(answer, int) and number not in self.stopped:
+            worker = message.get("worker")
+            self.go_on(number, worker if isinstance(worker, str) else None, answer)
 
     def _heard(self, number: int, step: int, value: float, message: dict[str, Any]) -> None:
         if number in self.stopped:

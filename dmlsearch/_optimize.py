@@ -32,7 +32,7 @@ from ._states import COMPLETE
 from .exceptions import InvalidParameterError
 from .registry._checks import check_new_name
 from .runner.loop import RunStats, WorkLoop
-from .runner.stop_flags import push_stop
+from .runner.stop_flags import push_go_on, push_stop
 from .runner.units import UnitPolicy
 from .strategies import Strategy
 
@@ -146,9 +146,12 @@ def check_objective_args(objective: Any, n_trials: Any, direction: Any) -> float
 
 def stop_signals(
     client: Any, run: str
-) -> tuple[Callable[[int, str | None], None], Callable[[], None]]:
+) -> tuple[
+    Callable[[int, str | None], None], Callable[[int, str | None, int], None], Callable[[], None]
+]:
     """``set(number, worker)`` raises trial ``number``'s stop Event and sends the flag to
-    ``worker`` (:mod:`~dmlsearch.runner.stop_flags`); ``clear()`` removes the Events."""
+    ``worker`` (:mod:`~dmlsearch.runner.stop_flags`); ``go_on(number, worker, step)``
+    answers a judged report of a trial that goes on; ``clear()`` removes the Events."""
     from distributed import Event
 
     raised: list[str] = []
@@ -161,6 +164,9 @@ def stop_signals(
         except Exception as exc:  # the trial then runs to its end: slower, never wrong
             logger.warning("dmlsearch: could not stop trial %d: %r", number, exc)
 
+    def go_on(number: int, worker: str | None, step: int) -> None:
+        push_go_on(client, f"{run}-{number}", step, worker)
+
     def clear() -> None:
         for name in raised:
             try:
@@ -168,7 +174,7 @@ def stop_signals(
             except Exception:  # the cluster is going: nothing is left to clear
                 return
 
-    return set_, clear
+    return set_, go_on, clear
 
 
 def objective_qualname(objective: Any) -> str:
@@ -403,7 +409,7 @@ def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
     }  # fmt: skip
     watcher = reporter(dask_client, setup.name, meta, setup.dashboard)
     run = f"dmlsearch-stop-{uuid.uuid4().hex[:8]}"
-    stop, clear = stop_signals(dask_client, run)
+    stop, go_on, clear = stop_signals(dask_client, run)
 
     def finished(outcome: ObjectiveOutcome) -> None:
         if recorder is not None:
@@ -411,7 +417,7 @@ def _run(dask_client: Any, setup: _Setup) -> OptimizeResult:
 
     pruner = setup.pruner
     source = ObjectiveSource(
-        strategy, seed, sign=setup.sign, pruner=pruner, stop=stop,
+        strategy, seed, sign=setup.sign, pruner=pruner, stop=stop, go_on=go_on,
         stop_event=lambda number: None if pruner is None else f"{run}-{number}",
         on_finish=finished, watcher=watcher, skip=[o.number for o in restored],
     )  # fmt: skip

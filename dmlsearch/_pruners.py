@@ -23,15 +23,14 @@ from typing import Any
 
 from .exceptions import InvalidParameterError
 from .schedulers import (
-    History,
     Hyperband,
-    MedianStopping,
     asha_keeps,
     assign_brackets,
     check_schedule,
     rung_resources,
 )
 from .schedulers._base import check_int
+from .schedulers.median import median_stop
 
 __all__ = [
     "PRUNERS",
@@ -78,11 +77,15 @@ class JudgedSteps:
     not reached before; ``geometric``: ``(first, factor)``, rungs ``first * factor**k``
     without end. A trial holds its other reports back and sends them together now and
     then (they are for the record and the dashboard: no pruner decides on them).
+    ``wait``: the trial's next ``should_stop()`` after a judged report waits for the
+    driver's answer (as Optuna's ``should_prune`` answers on the spot), so a trial whose
+    steps are quicker than a round trip to the driver is still stopped at its rung.
     """
 
     every_from: int | None = None
     rungs: tuple[int, ...] = ()
     geometric: tuple[int, int] | None = None
+    wait: bool = False
 
     def judged(self, previous: int | None, step: int) -> bool:
         """Whether a report at ``step``, after reports up to step ``previous``, is judged."""
@@ -140,10 +143,23 @@ class MedianPruner(Pruner):
         return JudgedSteps(every_from=self.warmup_steps)
 
     def stop(self, trial: int, curves: Curves, running: frozenset[int]) -> str | None:
-        results = {t: [(s, s, v) for s, v in sorted(c.items())] for t, c in curves.items()}
-        rule = MedianStopping(1, warmup_steps=self.warmup_steps, min_trials=self.min_trials)
-        history = History.of(results, running=[t for t in running if t in curves] + [trial])
-        return next((s.reason for s in rule.stops(history) if s.trial == trial), None)
+        # MedianStopping.stops for this one trial, reading only the values at its latest
+        # step: building the whole History at every report cost time growing with every
+        # step of every trial (12 ms a report at 200 trials x 50 steps).
+        curve = curves[trial]
+        if not curve:
+            return None
+        step = max(curve)
+        if step < self.warmup_steps:
+            return None
+        others = [c[step] for t, c in curves.items() if t != trial and step in c]
+        stop, median = median_stop(curve[step], others, self.min_trials)
+        if not stop:
+            return None
+        return (
+            f"score {curve[step]:.6g} at step {step} is below the median {median:.6g} of "
+            f"{len(others)} other trials"
+        )
 
 
 def first_at(curve: Mapping[int, float], resource: int) -> float | None:
@@ -171,9 +187,11 @@ class _RungPruner(Pruner):
         return curves
 
     def judged_steps(self, trial: int) -> JudgedSteps:
+        # A few rungs a trial: each judged report's answer is worth waiting for. The last
+        # rung of a bounded schedule is the full budget, where no trial is stopped.
         if self.bounded(trial):
-            return JudgedSteps(rungs=self.resources(trial, 0))
-        return JudgedSteps(geometric=(self.min_resource, self.reduction_factor))
+            return JudgedSteps(rungs=self.resources(trial, 0)[:-1], wait=True)
+        return JudgedSteps(geometric=(self.min_resource, self.reduction_factor), wait=True)
 
     def rungs(self, trial: int, curve: Mapping[int, float]) -> list[RungReport]:
         if not curve:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dmlsearch import Float, optimize
@@ -39,12 +40,14 @@ def test_judged_steps_are_the_first_report_at_or_past_each_rung() -> None:
 
 def test_each_pruner_names_the_steps_it_decides_on() -> None:
     assert MedianPruner(warmup_steps=3).judged_steps(0) == JudgedSteps(every_from=3)
-    assert AshaPruner(1, 3, 27).judged_steps(5) == JudgedSteps(rungs=(1, 3, 9, 27))
-    assert AshaPruner(2, 3).judged_steps(5) == JudgedSteps(geometric=(2, 3))
+    # The last rung of a bounded schedule is the full budget: nobody is stopped there.
+    assert AshaPruner(1, 3, 27).judged_steps(5) == JudgedSteps(rungs=(1, 3, 9), wait=True)
+    assert AshaPruner(2, 3).judged_steps(5) == JudgedSteps(geometric=(2, 3), wait=True)
     hyperband = HyperbandPruner(1, 27, 3)
     for trial in range(60):
         bracket = hyperband.bracket_of(trial)
-        assert hyperband.judged_steps(trial).rungs == hyperband.bracket_resources[bracket]
+        judged = hyperband.judged_steps(trial)
+        assert judged.rungs == hyperband.bracket_resources[bracket][:-1] and judged.wait
 
     class Custom(Pruner):
         def stop(self, trial: int, curves: Any, running: frozenset[int]) -> str | None:
@@ -158,3 +161,48 @@ def test_a_stop_reaches_the_trials_worker_as_a_flag(client) -> None:
         from distributed import Event
 
         Event(name, client=client).clear()
+
+
+def test_the_median_pruner_decides_as_median_stopping_reading_one_step() -> None:
+    from dmlsearch.schedulers import History, MedianStopping
+
+    rng = np.random.default_rng(0)
+    for case in range(300):
+        warmup, min_trials = int(rng.integers(0, 4)), int(rng.integers(1, 6))
+        curves: dict[int, dict[int, float]] = {}
+        for t in range(int(rng.integers(1, 12))):
+            steps = rng.choice(np.arange(0, 8), size=int(rng.integers(1, 8)), replace=False)
+            values = rng.normal(size=len(steps)).round(1)  # ties, too
+            values[rng.random(len(steps)) < 0.05] = np.nan
+            curves[t] = {int(s): float(v) for s, v in zip(steps, values, strict=True)}
+        running = frozenset(t for t in curves if rng.random() < 0.6)
+        pruner = MedianPruner(warmup_steps=warmup, min_trials=min_trials)
+        rule = MedianStopping(1, warmup_steps=warmup, min_trials=min_trials)
+        for trial in curves:
+            results = {t: [(s, s, v) for s, v in sorted(c.items())] for t, c in curves.items()}
+            history = History.of(results, running=[*(t for t in running if t in curves), trial])
+            want = next((s.reason for s in rule.stops(history) if s.trial == trial), None)
+            assert pruner.stop(trial, curves, running) == want, (case, trial)
+
+
+def quick_steps(params: dict[str, Any], trial: Trial) -> float:
+    for step in range(1, STEPS + 1):  # steps far quicker than a round trip to the driver
+        trial.report(params["x"] + step / 1000, step)
+        if trial.should_stop():
+            break
+    return params["x"]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("scheduler", ["asha", "hyperband"])
+def test_a_trial_of_quick_steps_stops_at_the_rung_that_judged_it(client, scheduler) -> None:
+    # Optuna's should_prune answers on the spot; a trial here ran past its rung (or
+    # ended first) while the driver judged it, until should_stop waited for the answer.
+    result = optimize(
+        quick_steps, {"x": Float(0, 1)}, n_trials=30, scheduler=scheduler, min_resource=1,
+        max_resource=STEPS, client=client, random_state=0, dashboard=False,
+    )  # fmt: skip
+    pruned = [t for t in result.trials if t.state == "pruned"]
+    assert len(pruned) >= 10
+    for t in pruned:
+        assert max(t.intermediate) in (1, 3, 9), (t.number, sorted(t.intermediate))
