@@ -172,6 +172,13 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         if self.pruner is not None:
             result.bracket = self.pruner.bracket_of(result.number)
         self.running.discard(result.number)
+        heard = self.curves.get(result.number) or {}
+        missing = {s: self.sign * v for s, v in heard.items() if s not in result.intermediate}
+        if missing:
+            # Steps the driver heard that the result lacks: a trial lost with its worker
+            # comes back with no curve, a retry with the retry's steps only (the pruner
+            # judged the first attempt's); none of them is lost from the record.
+            result.intermediate = dict(sorted({**missing, **result.intermediate}.items()))
         if result.intermediate:  # the worker's own curve is complete (reports can be late)
             curve = {s: self.sign * v for s, v in result.intermediate.items()}
             known = self.curves.get(result.number)

@@ -206,3 +206,29 @@ def test_a_trial_of_quick_steps_stops_at_the_rung_that_judged_it(client, schedul
     assert len(pruned) >= 10
     for t in pruned:
         assert max(t.intermediate) in (1, 3, 9), (t.number, sorted(t.intermediate))
+
+
+def test_the_steps_the_driver_heard_are_kept_when_the_result_lacks_them() -> None:
+    from dmlsearch._objective import ObjectiveOutcome
+    from dmlsearch._pruners import make_pruner
+    from dmlsearch.space import as_space
+    from dmlsearch.strategies import make_strategy
+
+    space = as_space({"x": Float(0, 1)})
+    recorded: list[ObjectiveOutcome] = []
+    source = ObjectiveSource(
+        make_strategy("random", space, 2, 0), 0, sign=-1.0,
+        pruner=make_pruner("median", 1, 3, 0, 5, None, 2), stop=lambda n, w: None,
+        stop_event=lambda number: None, on_finish=recorded.append,
+    )  # fmt: skip
+    lost, retried = source.propose(), source.propose()
+    source.reported(lost, {"steps": [[1, 0.5], [2, 0.4]]})
+    source.reported(retried, {"steps": [[1, 0.9], [2, 0.8], [3, 0.7]]})
+    # Lost with its worker (the loop's failed outcome has no curve) ...
+    source.record(lost, ObjectiveOutcome(0, {}, 0, "failed", None, {}, 0.0, 0.0, "", "lost"), 1)
+    # ... and a retry that reported once more before it ended.
+    source.record(
+        retried, ObjectiveOutcome(1, {}, 0, "complete", 0.6, {1: 0.95}, 0.0, 0.0, "w", None), 1
+    )
+    assert recorded[0].intermediate == {1: 0.5, 2: 0.4}  # as reported (minimised: unsigned)
+    assert recorded[1].intermediate == {1: 0.95, 2: 0.8, 3: 0.7}  # the result's own first
