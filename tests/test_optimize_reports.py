@@ -232,3 +232,24 @@ def test_the_steps_the_driver_heard_are_kept_when_the_result_lacks_them() -> Non
     )
     assert recorded[0].intermediate == {1: 0.5, 2: 0.4}  # as reported (minimised: unsigned)
     assert recorded[1].intermediate == {1: 0.95, 2: 0.8, 3: 0.7}  # the result's own first
+
+
+@pytest.mark.cluster
+def test_a_report_after_its_run_closed_is_dropped_quietly(client, caplog, monkeypatch) -> None:
+    # The client called unsubscribe_topic again for a message of a closed run's topic,
+    # which raised: an ERROR and a traceback in the user's console (seen in a suite run).
+    from dmlsearch.runner import reports
+    from dmlsearch.runner.reports import ReportStream
+
+    monkeypatch.setattr(reports, "LATE_SECONDS", 0.5)
+    stream = ReportStream(client, "dmlsearch-test-late")
+    stream.subscribe()
+    stream.close()
+    with caplog.at_level("ERROR", logger="distributed.client"):
+        client.sync(client._handle_event, "dmlsearch-test-late", (0.0, {"kind": "done"}))
+    assert not [r for r in caplog.records if "No event handler" in r.getMessage()]
+    assert stream.drain() == []
+    deadline = time.monotonic() + 10
+    while "dmlsearch-test-late" in client._event_handlers:  # then the entry goes
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

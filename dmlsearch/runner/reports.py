@@ -109,6 +109,19 @@ class _Inbox:
             callback()
 
 
+#: Seconds a closed run's topic keeps its do-nothing handler before it is dropped.
+LATE_SECONDS = 30.0
+
+
+def _late_message(event: Any) -> None:
+    """The handler of a closed run's topic: a message that arrives after the run ended."""
+
+
+def _forget(handlers: dict[Any, Any], topic: str) -> None:
+    if handlers.get(topic) is _late_message:
+        handlers.pop(topic, None)
+
+
 class ReportStream:
     """On the driver: the reports of one run, read without blocking from the loop.
 
@@ -151,8 +164,17 @@ class ReportStream:
             # The client may be closing: then there is nothing to undo.
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(self.topic)
-            # ... which leaves the handler in the client (see _Inbox): drop it.
+            # ... which leaves the handler in the client (see _Inbox): put a function
+            # that holds nothing in its place. Not nothing: a message already on its way
+            # (a task that ended after the run) then made the client call
+            # unsubscribe_topic again, which raised and logged an ERROR with a traceback.
             handlers = getattr(self.client, "_event_handlers", None)
             if isinstance(handlers, dict) and handlers.get(self.topic) is self._inbox:
-                handlers.pop(self.topic, None)
+                handlers[self.topic] = _late_message
+                with contextlib.suppress(Exception):  # the client is closing: nothing left
+                    loop = self.client.loop
+                    topic = self.topic
+                    loop.add_callback(
+                        lambda: loop.call_later(LATE_SECONDS, _forget, handlers, topic)
+                    )
             self._subscribed = False

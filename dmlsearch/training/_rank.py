@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from ._checkpoint import state_bytes, state_from_bytes
 from ._shm import capacity_for, open_collectives
-from ._stop import StopSignal
+from ._stop import StopSignal, meet
 from ._sync import make_sync, settle
 
 __all__ = [
@@ -330,6 +330,7 @@ def train_rank(job: JobSpec, rank: int, nthreads: int, X: Any, y: Any) -> dict[s
     importlib.import_module("torch._dynamo")
     model, opt = _build(job, rank)
     _reset_group_names()
+    meet(job.stop_event, rank, job.world_size, job.timeout)
     dist.init_process_group(
         job.backend,
         init_method=f"tcp://{job.host}:{job.port}",

@@ -17,7 +17,7 @@ import uuid
 
 from ..exceptions import GangError
 
-__all__ = ["StopSignal", "new_stop_event", "stop_ranks"]
+__all__ = ["StopSignal", "forget_arrivals", "meet", "new_stop_event", "stop_ranks"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,3 +65,43 @@ class StopSignal:
             stopped = bool(Event(self.name).is_set())
         if stopped:
             raise GangError("the driver stopped the job (it was interrupted, or a rank failed)")
+
+
+def _arrival(name: str, rank: int) -> str:
+    return f"{name}-at-{rank}"
+
+
+def meet(name: str | None, rank: int, world_size: int, timeout: float) -> None:
+    """On a rank, before torch's rendezvous: wait until every rank of the job got there,
+    looking at the job's stop Event meanwhile.
+
+    The rendezvous waits in C for up to ``timeout``: a rank whose peer never started (its
+    task cancelled by an interrupted driver before it ran) held its worker that long.
+    """
+    if name is None or world_size < 2:
+        return
+    from distributed import Event
+
+    Event(_arrival(name, rank)).set()
+    stop = StopSignal(name, every=0.0)
+    ends = time.monotonic() + timeout
+    for peer in range(world_size):
+        arrived = Event(_arrival(name, peer))
+        while not arrived.wait(timeout=0.5):
+            stop.check()
+            if time.monotonic() > ends:
+                raise GangError(
+                    f"rank {peer} did not reach the rendezvous within timeout={timeout:g} s",
+                    rank=peer,
+                )
+
+
+def forget_arrivals(client: object, name: str | None, world_size: int) -> None:
+    """On the driver, after a job: drop its ranks' arrival Events (best effort)."""
+    if name is None:
+        return
+    from distributed import Event
+
+    with contextlib.suppress(Exception):
+        for rank in range(world_size):
+            Event(_arrival(name, rank), client=client).clear()

@@ -65,7 +65,7 @@ from ._record import JobRecord, job_lineage, job_metrics
 from ._resume import open_job
 from ._shm import CONFIG_KEY as SHARED_MEMORY_KEY
 from ._ssp import run_ssp
-from ._stop import new_stop_event, stop_ranks
+from ._stop import forget_arrivals, new_stop_event, stop_ranks
 from ._watch import JobWatch
 
 __all__ = ["SYNCS", "DataParallelTrainer"]
@@ -512,6 +512,8 @@ class DataParallelTrainer(BaseEstimator):
                 # last epoch and hold the gang's workers: tell them to stop.
                 stop_ranks(client, job.stop_event)
                 raise
+            finally:
+                forget_arrivals(client, job.stop_event, job.world_size)
             checkpoints.poll()
             return results
         except GangError as exc:
