@@ -106,11 +106,10 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         self.next_number += 1
         self.running.add(number)
         self.curves[number] = {}
-        judged = None if self.pruner is None else self.pruner.judged_steps(number)
+        judged = NOTHING_JUDGED if self.pruner is None else self.pruner.judged_steps(number)
         spec = ObjectiveSpec(
-            number, params, trial_seed(self.seed, number), self.stop_event(number),
-            NOTHING_JUDGED if judged is None else judged,
-        )  # fmt: skip
+            number, params, trial_seed(self.seed, number), self.stop_event(number), judged
+        )
         return Unit(number, spec)
 
     def submitted(self, units: list[Unit[ObjectiveSpec]]) -> None:
@@ -123,14 +122,15 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         except (KeyError, TypeError, ValueError):
             return
         number = unit.payload.number
+        worker = message.get("worker")  # the scheduler's stamp: where the trial runs
+        where = worker if isinstance(worker, str) else None
         for step, value in pairs:  # in the order the trial reported them
-            self._heard(number, step, value, message)
+            self._heard(number, step, value, where)
         answer = message.get("answer")
         if isinstance(answer, int) and number not in self.stopped:
-            worker = message.get("worker")
-            self.go_on(number, worker if isinstance(worker, str) else None, answer)
+            self.go_on(number, where, answer)
 
-    def _heard(self, number: int, step: int, value: float, message: dict[str, Any]) -> None:
+    def _heard(self, number: int, step: int, value: float, worker: str | None) -> None:
         if number in self.stopped:
             # Reported before the trial saw its stop: no rung it passed, so no peer of the
             # trials judged there (it shows when recorded, if the trial went on anyway).
@@ -142,8 +142,7 @@ class ObjectiveSource(UnitSource[ObjectiveSpec, ObjectiveOutcome]):
         reason = self.pruner.stop(number, self.curves, frozenset(self.running))
         if reason is not None:
             self.stopped[number] = reason
-            worker = message.get("worker")
-            self.stop(number, worker if isinstance(worker, str) else None)
+            self.stop(number, worker)
 
     def _show_rungs(self, number: int, *, restored: bool = False) -> None:
         """Tell the rung view of each rung ``number`` reached that it has not heard of.

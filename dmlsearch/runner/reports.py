@@ -36,12 +36,8 @@ def report(topic: str | None, kind: str, **fields: Any) -> None:
         from distributed import get_worker
 
         worker = get_worker()
-        msg = {
-            "kind": kind,
-            "key": str(worker.get_current_task()),
-            "worker": worker.address,
-            **fields,
-        }
+        # The scheduler adds the sending worker's address ("worker") to the message.
+        msg = {"kind": kind, "key": str(worker.get_current_task()), **fields}
         worker.log_event(topic, msg)
     except TrialTimeoutError:
         # The trial's deadline fired while it reported: swallowed here, the trial ran on

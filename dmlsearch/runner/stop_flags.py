@@ -23,7 +23,16 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["RECHECK", "VERDICT_WAIT", "StopCheck", "mark_stopped", "push_go_on", "push_stop"]
+__all__ = [
+    "RECHECK",
+    "VERDICT_WAIT",
+    "StopCheck",
+    "forget",
+    "mark_judged",
+    "mark_stopped",
+    "push_go_on",
+    "push_stop",
+]
 
 logger = logging.getLogger("dmlsearch")
 
