@@ -591,6 +591,40 @@ def _xgb_objective(w: Workload, split: tuple[Any, ...], budget: Budget) -> Calla
     return objective
 
 
+def train_rounds(
+    cache: dict[str, Any],
+    split: tuple[Any, ...],
+    params: dict[str, Any],
+    rounds: int,
+    report: Callable[[float, int], None],
+    stop: Callable[[], bool],
+) -> float:
+    """One trial as an Optuna user writes it: report every round, then ask."""
+    import xgboost as xgb
+
+    if "dtrain" not in cache:  # once per thread or worker, as a user would
+        X_tr, X_val, y_tr, y_val = split
+        cache["dtrain"] = xgb.DMatrix(X_tr, label=y_tr)
+        cache["dval"] = xgb.DMatrix(X_val, label=y_val)
+    scores: list[float] = []
+
+    class Report(xgb.callback.TrainingCallback):
+        def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+            scores.append(1.0 - float(evals_log["val"]["error"][-1]))
+            report(scores[-1], epoch + 1)
+            return bool(stop())
+
+    xgb.train(
+        {**XGB_FIXED, **params},
+        cache["dtrain"],
+        num_boost_round=rounds,
+        evals=[(cache["dval"], "val")],
+        callbacks=[Report()],
+        verbose_eval=False,
+    )
+    return scores[-1]
+
+
 def _dml_objective(w: Workload, split: tuple[Any, ...]) -> Callable[[dict[str, Any], Any], float]:
     """Optuna's objective of this workload written for ``dmlsearch.optimize``: the same
     training per step, ``trial.report`` and ``trial.should_stop()`` after every step."""
@@ -609,28 +643,7 @@ def _dml_objective(w: Workload, split: tuple[Any, ...]) -> Callable[[dict[str, A
         return score
 
     def xgb_rounds(params: dict[str, Any], trial: Any) -> float:
-        import xgboost as xgb
-
-        if "dtrain" not in cache:
-            cache["dtrain"] = xgb.DMatrix(X_tr, label=y_tr)
-            cache["dval"] = xgb.DMatrix(X_val, label=y_val)
-        scores: list[float] = []
-
-        class Report(xgb.callback.TrainingCallback):
-            def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
-                scores.append(1.0 - float(evals_log["val"]["error"][-1]))
-                trial.report(scores[-1], epoch + 1)
-                return bool(trial.should_stop())
-
-        xgb.train(
-            {**XGB_FIXED, **params},
-            cache["dtrain"],
-            num_boost_round=w.R,
-            evals=[(cache["dval"], "val")],
-            callbacks=[Report()],
-            verbose_eval=False,
-        )
-        return scores[-1]
+        return train_rounds(cache, split, params, w.R, trial.report, trial.should_stop)
 
     return sgd if w.name == "sgd" else xgb_rounds
 

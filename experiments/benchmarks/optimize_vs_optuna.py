@@ -33,13 +33,12 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import psutil
 from _common import local_cluster, print_footer, print_header, quiet_warnings
-from multifidelity_peers import XGB_FIXED, workloads
+from multifidelity_peers import train_rounds, workloads
 from sklearn.model_selection import train_test_split
 
 
@@ -57,40 +56,6 @@ def draw_configs(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def train(
-    cache: dict[str, Any],
-    split: tuple[Any, ...],
-    params: dict[str, Any],
-    rounds: int,
-    report: Callable[[float, int], None],
-    stop: Callable[[], bool],
-) -> float:
-    """One trial as an Optuna user writes it: report every round, then ask."""
-    import xgboost as xgb
-
-    if "dtrain" not in cache:  # once per thread or worker, as a user would
-        X_tr, X_val, y_tr, y_val = split
-        cache["dtrain"] = xgb.DMatrix(X_tr, label=y_tr)
-        cache["dval"] = xgb.DMatrix(X_val, label=y_val)
-    scores: list[float] = []
-
-    class Report(xgb.callback.TrainingCallback):
-        def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
-            scores.append(1.0 - float(evals_log["val"]["error"][-1]))
-            report(scores[-1], epoch + 1)
-            return bool(stop())
-
-    xgb.train(
-        {**XGB_FIXED, **params},
-        cache["dtrain"],
-        num_boost_round=rounds,
-        evals=[(cache["dval"], "val")],
-        callbacks=[Report()],
-        verbose_eval=False,
-    )
-    return scores[-1]
-
-
 def run_optuna(split: tuple[Any, ...], configs: list[dict[str, Any]], rounds: int) -> float:
     import optuna
 
@@ -101,7 +66,7 @@ def run_optuna(split: tuple[Any, ...], configs: list[dict[str, Any]], rounds: in
         if not hasattr(local, "cache"):
             local.cache = {}
         params = configs[trial.number]
-        return train(local.cache, split, params, rounds, trial.report, trial.should_prune)
+        return train_rounds(local.cache, split, params, rounds, trial.report, trial.should_prune)
 
     study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
     t0 = time.perf_counter()
@@ -123,7 +88,7 @@ def run_dml(
 
     def objective(params: dict[str, Any], trial: Any) -> float:
         config = configs[params["i"]]
-        return train(cache, split, config, rounds, trial.report, trial.should_stop)
+        return train_rounds(cache, split, config, rounds, trial.report, trial.should_stop)
 
     bounds = {"min_resource": rounds, "max_resource": rounds} if scheduler else {}
     t0 = time.perf_counter()
